@@ -1,0 +1,27 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layers, bottom up:
+//   BLFrame    the 1+7-byte frame codec (no Foundation, no dependencies)
+//   BLCommand  shared command-line support: options, diagnostics, sysexits, fd I/O, the poll loop
+//   CDBus      libdbus-1 (pkg-config dbus-1) plus a small shim header
+//   BLDBus     D-Bus connection, messages, exported objects, fd passing, wired into the poll loop
+//   BLBlueZ    adapters, discovery, devices, remote characteristics, GATT application, advertising
+// Tools are thin executables on top.
+let package = Package(
+    name: "blpipe",
+    products: [
+        .library(name: "BLFrame", targets: ["BLFrame"]),
+        .executable(name: "blframe", targets: ["blframe"]),
+    ],
+    targets: [
+        .target(name: "BLFrame"),
+        .target(name: "BLCommand"),
+        .executableTarget(name: "blframe", dependencies: ["BLFrame", "BLCommand"]),
+        // Helpers shared by the test targets (seeded randomness, running the built tools).
+        .target(name: "BLTestSupport", path: "Tests/BLTestSupport"),
+        .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
+        .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
+        .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
+    ]
+)

@@ -1,0 +1,84 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Thin, Foundation-free wrappers over the file-descriptor system calls the tools use.
+/// Each retries on EINTR and reports failure as an `Errno` rather than through a global.
+public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
+    public var rawValue: Int32
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+    /// The calling thread's current `errno`.
+    public static var current: Errno { Errno(errno) }
+    public static let again = Errno(EAGAIN)
+    public static let pipe = Errno(EPIPE)
+    public static let interrupted = Errno(EINTR)
+    /// The C library's text for this error, e.g. "Broken pipe".
+    public var description: String { String(cString: strerror(rawValue)) }
+}
+
+public enum FileIO {
+    /// Reads up to `buffer.count` bytes. Returns 0 at end of file.
+    @inlinable
+    public static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        while true {
+            let n = Glibc.read(fd, buffer.baseAddress, buffer.count)
+            if n >= 0 { return n }
+            if errno != EINTR { throw Errno.current }
+        }
+    }
+
+    /// Writes once (a short count is possible on pipes and non-blocking descriptors).
+    @inlinable
+    public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) -> Int {
+        while true {
+            let n = Glibc.write(fd, bytes.baseAddress, bytes.count)
+            if n >= 0 { return n }
+            if errno != EINTR { throw Errno.current }
+        }
+    }
+
+    /// Writes every byte, looping over short writes. For blocking descriptors.
+    @inlinable
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) {
+        var offset = 0
+        while offset < bytes.count {
+            offset += try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+        }
+    }
+
+    @inlinable
+    public static func writeAll(_ fd: Int32, _ bytes: [UInt8]) throws(Errno) {
+        // withUnsafeBytes only rethrows untyped errors, so carry the typed one out in a Result.
+        try bytes.withUnsafeBytes { raw in Result { () throws(Errno) in try writeAll(fd, raw) } }.get()
+    }
+
+    @inlinable
+    public static func writeAll(_ fd: Int32, _ text: String) throws(Errno) {
+        var text = text
+        try text.withUTF8 { utf8 in Result { () throws(Errno) in try writeAll(fd, UnsafeRawBufferPointer(utf8)) } }.get()
+    }
+
+    /// Sets or clears O_NONBLOCK.
+    public static func setNonBlocking(_ fd: Int32, _ on: Bool = true) throws(Errno) {
+        let flags = fcntl(fd, F_GETFL)
+        if flags < 0 { throw Errno.current }
+        let wanted = on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK
+        if wanted != flags, fcntl(fd, F_SETFL, wanted) < 0 { throw Errno.current }
+    }
+
+    /// Sets FD_CLOEXEC so the descriptor does not leak into child processes.
+    public static func setCloseOnExec(_ fd: Int32) throws(Errno) {
+        let flags = fcntl(fd, F_GETFD)
+        if flags < 0 || fcntl(fd, F_SETFD, flags | FD_CLOEXEC) < 0 { throw Errno.current }
+    }
+
+    /// Closes a descriptor, ignoring EINTR (on Linux the descriptor is released regardless).
+    public static func close(_ fd: Int32) {
+        _ = Glibc.close(fd)
+    }
+
+    /// True when `fd` refers to a terminal.
+    public static func isTerminal(_ fd: Int32) -> Bool { isatty(fd) == 1 }
+}

@@ -1,0 +1,189 @@
+/// Minimal JSON output for the tools' `--json` modes: one object per line, built from ordered
+/// fields. Strings are escaped per RFC 8259; bytes that are not valid UTF-8 become U+FFFD.
+public struct JSONObject {
+    private var text = "{"
+    private var first = true
+
+    public init() {}
+
+    private mutating func key(_ name: String) {
+        if !first { text += "," }
+        first = false
+        text += JSON.quoted(name) + ":"
+    }
+
+    public mutating func add(_ name: String, _ value: String) {
+        key(name)
+        text += JSON.quoted(value)
+    }
+
+    public mutating func add(_ name: String, _ value: Int) {
+        key(name)
+        text += String(value)
+    }
+
+    public mutating func add(_ name: String, _ value: Bool) {
+        key(name)
+        text += value ? "true" : "false"
+    }
+
+    public mutating func add(_ name: String, _ values: [String]) {
+        key(name)
+        text += "[" + values.map(JSON.quoted).joined(separator: ",") + "]"
+    }
+
+    /// Adds a value that is already JSON text.
+    public mutating func add(_ name: String, raw json: String) {
+        key(name)
+        text += json
+    }
+
+    /// The object's text, without a newline.
+    public var json: String { text + "}" }
+}
+
+public enum JSON {
+    /// `value` as a JSON string literal, quotes included.
+    public static func quoted(_ value: String) -> String {
+        var escaper = JSONStringEscaper()
+        var out: [UInt8] = [0x22]
+        out.reserveCapacity(value.utf8.count + 2)
+        var copy = value
+        copy.withUTF8 { escaper.escape(UnsafeRawBufferPointer($0)) { out.append(contentsOf: $0) } }
+        escaper.finish { out.append(contentsOf: $0) }
+        out.append(0x22)
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Escapes arbitrary bytes into the inside of a JSON string, piece by piece: a UTF-8 sequence split
+/// across two pieces is carried over, so the output does not depend on how the input was cut.
+public struct JSONStringEscaper {
+    /// Bytes of an incomplete UTF-8 sequence from the end of the previous piece.
+    private var carry: [UInt8] = []
+
+    public init() {}
+
+    /// Escapes `bytes`, handing the output to `emit` in runs (pointers valid only during the call).
+    public mutating func escape(_ bytes: UnsafeRawBufferPointer, _ emit: (UnsafeRawBufferPointer) -> Void) {
+        var input = bytes
+        if !carry.isEmpty {
+            // Complete the carried sequence with as few bytes as it needs.
+            let need = JSONStringEscaper.sequenceLength(carry[0]) - carry.count
+            var taken = 0
+            while taken < need && taken < input.count && JSONStringEscaper.isContinuation(input[taken]) {
+                carry.append(input[taken])
+                taken += 1
+            }
+            if carry.count < JSONStringEscaper.sequenceLength(carry[0]) && taken == input.count {
+                return  // still incomplete; wait for more
+            }
+            input = UnsafeRawBufferPointer(rebasing: input[taken...])
+            let done = carry
+            carry = []
+            done.withUnsafeBytes { emitValidated($0, final: true, emit) }
+        }
+        emitValidated(input, final: false, emit)
+    }
+
+    /// Ends the string: an incomplete trailing sequence becomes U+FFFD.
+    public mutating func finish(_ emit: (UnsafeRawBufferPointer) -> Void) {
+        if !carry.isEmpty {
+            carry = []
+            JSONStringEscaper.replacement.withUnsafeBytes(emit)
+        }
+    }
+
+    static let replacement: [UInt8] = [0xEF, 0xBF, 0xBD]
+    static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    static func isContinuation(_ byte: UInt8) -> Bool { byte & 0xC0 == 0x80 }
+
+    /// Length of the sequence a lead byte announces; 0 for a byte that cannot lead one.
+    static func sequenceLength(_ lead: UInt8) -> Int {
+        switch lead {
+        case 0x00...0x7F: 1
+        case 0xC2...0xDF: 2
+        case 0xE0...0xEF: 3
+        case 0xF0...0xF4: 4
+        default: 0
+        }
+    }
+
+    /// Validates one complete sequence starting at `i`; returns its length or 0 when invalid.
+    static func validSequence(_ p: UnsafeRawBufferPointer, at i: Int) -> Int {
+        let lead = p[i]
+        let length = sequenceLength(lead)
+        guard length > 1, i + length <= p.count else { return length == 1 ? 1 : 0 }
+        let second = p[i + 1]
+        // Reject overlong forms, surrogates and code points past U+10FFFF.
+        switch lead {
+        case 0xE0: if second < 0xA0 || second > 0xBF { return 0 }
+        case 0xED: if second < 0x80 || second > 0x9F { return 0 }
+        case 0xF0: if second < 0x90 || second > 0xBF { return 0 }
+        case 0xF4: if second < 0x80 || second > 0x8F { return 0 }
+        default: if !isContinuation(second) { return 0 }
+        }
+        for k in 2..<length where !isContinuation(p[i + k]) { return 0 }
+        return length
+    }
+
+    private mutating func emitValidated(_ p: UnsafeRawBufferPointer, final: Bool, _ emit: (UnsafeRawBufferPointer) -> Void) {
+        var runStart = 0
+        var i = 0
+        func flushRun(upTo end: Int) {
+            if end > runStart { emit(UnsafeRawBufferPointer(rebasing: p[runStart..<end])) }
+        }
+        while i < p.count {
+            let byte = p[i]
+            if byte >= 0x20 && byte != 0x22 && byte != 0x5C && byte < 0x80 {
+                i += 1
+                continue
+            }
+            if byte >= 0x80 {
+                let length = JSONStringEscaper.sequenceLength(byte)
+                if length > 1 && i + length > p.count && !final {
+                    // Possibly a sequence cut by the piece boundary: keep it if what we have is valid so far.
+                    var plausible = true
+                    for k in (i + 1)..<p.count where !JSONStringEscaper.isContinuation(p[k]) { plausible = false }
+                    if plausible {
+                        flushRun(upTo: i)
+                        carry = Array(UnsafeRawBufferPointer(rebasing: p[i...]))
+                        return
+                    }
+                }
+                let valid = JSONStringEscaper.validSequence(p, at: i)
+                if valid > 0 {
+                    i += valid
+                    continue
+                }
+                flushRun(upTo: i)
+                JSONStringEscaper.replacement.withUnsafeBytes(emit)
+                i += 1
+                runStart = i
+                continue
+            }
+            flushRun(upTo: i)
+            var escaped: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0x5C, 0, 0, 0, 0, 0)
+            var count = 2
+            switch byte {
+            case 0x22: escaped.1 = 0x22
+            case 0x5C: escaped.1 = 0x5C
+            case 0x0A: escaped.1 = 0x6E  // \n
+            case 0x0D: escaped.1 = 0x72  // \r
+            case 0x09: escaped.1 = 0x74  // \t
+            default:
+                escaped.1 = 0x75  // \u00XX
+                escaped.2 = 0x30
+                escaped.3 = 0x30
+                escaped.4 = JSONStringEscaper.hex[Int(byte >> 4)]
+                escaped.5 = JSONStringEscaper.hex[Int(byte & 0xF)]
+                count = 6
+            }
+            withUnsafeBytes(of: &escaped) { emit(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            i += 1
+            runStart = i
+        }
+        flushRun(upTo: i)
+    }
+}

@@ -1,0 +1,145 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A file written under a hidden temporary name and given its real name only when complete, so
+/// nothing partial ever looks finished. The final name is never overwritten: `commit` links the
+/// file into place (which fails on an existing name) and tries the next candidate name.
+///
+/// While a partial file exists, SIGINT, SIGTERM and SIGHUP remove it before the process dies.
+public final class PartialFile {
+    public let directory: String
+    public let temporaryPath: String
+    private var fd: Int32
+    public private(set) var bytesWritten = 0
+    /// The first bytes written (for recognising a file type at commit time).
+    public private(set) var head: [UInt8] = []
+    private let headLimit: Int
+
+    /// Creates `directory/.<prefix>-<pid>-<n>.part`.
+    public init(directory: String, prefix: String, keepHead headLimit: Int = 16) throws(ToolError) {
+        self.directory = directory
+        self.headLimit = headLimit
+        PartialFile.counter += 1
+        temporaryPath = "\(directory)/.\(prefix)-\(getpid())-\(PartialFile.counter).part"
+        fd = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
+        if fd < 0 { throw ToolError(.cantCreate, "\(temporaryPath): \(Errno.current)") }
+        PartialFile.cleanup.arm(temporaryPath)
+    }
+
+    deinit {
+        if fd >= 0 { discard() }
+    }
+
+    public func write(_ bytes: UnsafeRawBufferPointer) throws(ToolError) {
+        if head.count < headLimit {
+            head.append(contentsOf: bytes.prefix(headLimit - head.count))
+        }
+        do {
+            try FileIO.writeAll(fd, bytes)
+        } catch {
+            throw ToolError(.ioError, "\(temporaryPath): \(error)")
+        }
+        bytesWritten += bytes.count
+    }
+
+    /// Closes the file and links it to the first name `name(n)` (n = first, first+1, …) that does
+    /// not exist yet. Returns the final path and n.
+    public func commit(first: Int, name: (Int) -> String) throws(ToolError) -> (path: String, number: Int) {
+        let closed = Glibc.close(fd)
+        fd = -1
+        if closed != 0 {
+            let error = Errno.current
+            unlinkTemporary()
+            throw ToolError(.ioError, "\(temporaryPath): \(error)")
+        }
+        var number = first
+        while true {
+            let path = "\(directory)/\(name(number))"
+            if link(temporaryPath, path) == 0 {
+                unlinkTemporary()
+                return (path, number)
+            }
+            let error = Errno.current
+            if error.rawValue != EEXIST {
+                unlinkTemporary()
+                throw ToolError(.cantCreate, "\(path): \(error)")
+            }
+            number += 1
+        }
+    }
+
+    /// Closes and removes the partial file.
+    public func discard() {
+        if fd >= 0 {
+            _ = Glibc.close(fd)
+            fd = -1
+        }
+        unlinkTemporary()
+    }
+
+    private func unlinkTemporary() {
+        unlink(temporaryPath)
+        PartialFile.cleanup.disarm()
+    }
+
+    nonisolated(unsafe) private static var counter = 0
+    nonisolated(unsafe) private static let cleanup = SignalCleanup()
+
+    /// Creates `path` and any missing parents, like `mkdir -p`.
+    public static func makeDirectories(_ path: String) throws(ToolError) {
+        var st = stat()
+        if stat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFDIR else { throw ToolError(.cantCreate, "\(path): not a directory") }
+            return
+        }
+        var prefix = path.hasPrefix("/") ? "/" : ""
+        for component in path.split(separator: "/") {
+            prefix += component
+            if mkdir(prefix, 0o777) != 0 && errno != EEXIST {
+                throw ToolError(.cantCreate, "\(prefix): \(Errno.current)")
+            }
+            prefix += "/"
+        }
+    }
+}
+
+/// Removes one registered path when SIGINT, SIGTERM or SIGHUP arrives, then lets the signal take
+/// its default course. The path lives in a buffer allocated once, so the handler only calls
+/// async-signal-safe functions.
+private final class SignalCleanup {
+    static let capacity = 4096
+    /// NUL-terminated path, or an empty string when disarmed. Read by the signal handler.
+    nonisolated(unsafe) static let path: UnsafeMutablePointer<CChar> = {
+        let buffer = UnsafeMutablePointer<CChar>.allocate(capacity: capacity)
+        buffer[0] = 0
+        return buffer
+    }()
+    private var installed = false
+
+    func arm(_ target: String) {
+        let buffer = SignalCleanup.path
+        if !installed {
+            installed = true
+            for signo in [SIGINT, SIGTERM, SIGHUP] {
+                signal(signo) { signo in
+                    if SignalCleanup.path[0] != 0 { unlink(SignalCleanup.path) }
+                    signal(signo, SIG_DFL)
+                    raise(signo)
+                }
+            }
+        }
+        let utf8 = Array(target.utf8)
+        guard utf8.count < SignalCleanup.capacity else { return }
+        buffer[0] = 0
+        for (i, byte) in utf8.enumerated().dropFirst() { buffer[i] = CChar(bitPattern: byte) }
+        buffer[utf8.count] = 0
+        buffer[0] = CChar(bitPattern: utf8[0])  // written last: the path becomes valid at once
+    }
+
+    func disarm() {
+        SignalCleanup.path[0] = 0
+    }
+}

@@ -1,0 +1,107 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// The version every tool reports.
+public let blpipeVersion = "0.1.0"
+
+/// Diagnostics and the exit contract shared by the tools: messages go to stderr prefixed with the
+/// tool's name, data goes to stdout, and every failure ends with a sysexits status.
+public enum Tool {
+    /// The name used as a prefix on stderr. Set once by `run`.
+    nonisolated(unsafe) public private(set) static var name = "blpipe"
+
+    /// Writes "name: message" and a newline to stderr. Never fails.
+    public static func warn(_ message: String) {
+        try? FileIO.writeAll(2, "\(name): \(message)\n")
+    }
+
+    /// Writes a diagnostic line and exits with `code`.
+    public static func exit(_ code: ExitCode, _ message: String) -> Never {
+        warn(message)
+        Glibc.exit(code.rawValue)
+    }
+
+    /// Parses the command line with `spec`, handles `--help` and `--version`, runs `body` and
+    /// turns thrown errors into one stderr line and an exit status:
+    /// `UsageError` → 64 with a hint to `--help`, `ToolError` → its code, anything else → 70.
+    public static func run(_ spec: CommandSpec, arguments: [String] = Array(CommandLine.arguments.dropFirst()),
+                           _ body: (ParsedOptions) throws -> Void) -> Never {
+        name = spec.name
+        let options: ParsedOptions
+        do {
+            options = try spec.parse(arguments)
+        } catch {
+            // --help and --version win over other mistakes on the same line.
+            if arguments.contains("--help") || arguments.contains("-h") { printHelp(spec) }
+            if arguments.contains("--version") { printVersion(spec) }
+            exit(.usage, "\(error.message); try '\(spec.name) --help'")
+        }
+        if options.has("help") { printHelp(spec) }
+        if options.has("version") { printVersion(spec) }
+        do {
+            try body(options)
+        } catch let error as UsageError {
+            exit(.usage, "\(error.message); try '\(spec.name) --help'")
+        } catch let error as ToolError {
+            if error.message.isEmpty { Glibc.exit(error.code.rawValue) }
+            exit(error.code, error.message)
+        } catch {
+            exit(.software, "\(error)")
+        }
+        Glibc.exit(0)
+    }
+
+    static func printHelp(_ spec: CommandSpec) -> Never {
+        writeStdoutOrExit(spec.helpText)
+        Glibc.exit(0)
+    }
+
+    static func printVersion(_ spec: CommandSpec) -> Never {
+        writeStdoutOrExit("\(spec.name) \(blpipeVersion)\n")
+        Glibc.exit(0)
+    }
+
+    private static func writeStdoutOrExit(_ text: String) {
+        do {
+            try FileIO.writeAll(1, text)
+        } catch {
+            if error != .pipe { exit(.ioError, "stdout: \(error)") }
+        }
+    }
+
+    /// Ignores SIGPIPE so a closed pipe shows up as EPIPE from write(2), which the tools treat as
+    /// "the reader is gone": stop quietly.
+    public static func ignoreSIGPIPE() {
+        signal(SIGPIPE, SIG_IGN)
+    }
+}
+
+extension CommandSpec {
+    /// The text `--help` prints.
+    public var helpText: String {
+        var text = ""
+        for (i, line) in usage.enumerated() {
+            text += (i == 0 ? "usage: " : "       ") + name + (line.isEmpty ? "" : " " + line) + "\n"
+        }
+        text += "\n" + summary + "\n\noptions:\n"
+        let labels = options.map { option -> String in
+            var label = option.short.map { "-\($0), " } ?? "    "
+            label += "--" + option.long
+            if let value = option.value { label += " " + value }
+            return label
+        }
+        let width = min(labels.map(\.count).max() ?? 0, 30)
+        for (option, label) in zip(options, labels) {
+            if label.count > width {
+                text += "  " + label + "\n" + String(repeating: " ", count: width + 4) + option.help + "\n"
+            } else {
+                text += "  " + label + String(repeating: " ", count: width - label.count + 2) + option.help + "\n"
+            }
+        }
+        if !epilog.isEmpty { text += "\n" + epilog + (epilog.hasSuffix("\n") ? "" : "\n") }
+        return text
+    }
+}

@@ -1,0 +1,166 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLCommand
+import BLFrame
+
+/// `blframe -d`: frames on standard input to bodies, image files or JSON lines on standard output.
+final class Decoder {
+    let raw: Bool
+    let json: Bool
+    let images: ImageDirectory?
+    var decoder: FrameDecoder
+    let out = OutputBuffer(fd: 1)
+
+    // The frame being decoded.
+    private var header = FrameHeader(code: .notify, size: 0)
+    private var lastByte: UInt8 = 0
+    private var image: ImageDirectory.Writer?
+    private var escaper = JSONStringEscaper()
+
+    init(options: ParsedOptions) throws {
+        raw = options.has("raw")
+        json = options.has("json")
+        decoder = FrameDecoder(resync: options.has("resync"))
+        if let path = options.string("images") {
+            guard !path.isEmpty else { throw UsageError("--images wants a directory") }
+            images = try ImageDirectory(path: path)
+        } else {
+            images = nil
+        }
+    }
+
+    func run() throws {
+        let chunkSize = 256 * 1024
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        defer { chunk.deallocate() }
+        do {
+            while true {
+                let n: Int
+                do {
+                    n = try FileIO.read(0, into: chunk)
+                } catch {
+                    throw ToolError(.ioError, "stdin: \(error)")
+                }
+                if n == 0 { break }
+                var input = UnsafeRawBufferPointer(rebasing: chunk[0..<n])
+                while let event = try decoder.next(&input) {
+                    try handle(event)
+                }
+                try flush()
+            }
+            let skipped = try decoder.finish()
+            if skipped > 0 { Tool.warn("skipped \(skipped) bytes at the end that do not form a frame") }
+        } catch let error as FrameError {
+            // Frames completed before the error are already out; a partial image is removed.
+            image?.discard()
+            image = nil
+            try? out.flush()
+            throw ToolError(.dataError, error.description)
+        } catch {
+            image?.discard()
+            image = nil
+            throw error
+        }
+        try flush()
+    }
+
+    private func handle(_ event: FrameDecoder.Event) throws {
+        switch event {
+        case .frameStart(let header):
+            self.header = header
+            lastByte = 0  // an empty body does not end with a newline, so it prints as an empty line
+            try begin(header)
+        case .body(let piece):
+            try body(piece)
+        case .frameEnd:
+            try end()
+        case .skipped(let count):
+            Tool.warn("skipped \(count) bytes before the frame at byte \(decoder.frameOffset)")
+        }
+    }
+
+    private func begin(_ header: FrameHeader) throws {
+        switch header.code {
+        case .text, .url:
+            if json {
+                try write("{\"code\":\"\(header.code)\",\"size\":\(header.size),\"text\":\"")
+                escaper = JSONStringEscaper()
+            }
+        case .image:
+            if let images {
+                image = try images.begin()
+            } else {
+                Tool.warn("skipped an I frame of \(header.size) bytes at byte \(decoder.frameOffset) (use --images DIR to save it)")
+            }
+        case .notify:
+            break
+        }
+    }
+
+    private func body(_ piece: UnsafeRawBufferPointer) throws {
+        switch header.code {
+        case .text, .url:
+            if json {
+                var failure: Errno?
+                escaper.escape(piece) { run in
+                    if failure == nil {
+                        do throws(Errno) { try out.write(run) } catch { failure = error }
+                    }
+                }
+                if let failure { throw Encoder.outputError(failure) }
+            } else {
+                try write(piece)
+                if let last = piece.last { lastByte = last }
+            }
+        case .image:
+            try image?.write(piece)
+        case .notify:
+            break
+        }
+    }
+
+    private func end() throws {
+        switch header.code {
+        case .text, .url:
+            if json {
+                var failure: Errno?
+                escaper.finish { run in
+                    do throws(Errno) { try out.write(run) } catch { failure = error }
+                }
+                if let failure { throw Encoder.outputError(failure) }
+                try write("\"}\n")
+            } else if !raw && lastByte != 0x0A {
+                try write("\n")
+            }
+        case .image:
+            let path = try image?.commit()
+            image = nil
+            if json {
+                var object = JSONObject()
+                object.add("code", "I")
+                object.add("size", header.size)
+                if let path { object.add("path", path) }
+                try write(object.json + "\n")
+            } else if let path {
+                try write(path + "\n")
+            }
+        case .notify:
+            if json { try write("{\"code\":\"N\",\"size\":0}\n") }
+        }
+    }
+
+    private func write(_ bytes: UnsafeRawBufferPointer) throws {
+        do { try out.write(bytes) } catch { throw Encoder.outputError(error) }
+    }
+
+    private func write(_ text: String) throws {
+        do { try out.write(text) } catch { throw Encoder.outputError(error) }
+    }
+
+    private func flush() throws {
+        do { try out.flush() } catch { throw Encoder.outputError(error) }
+    }
+}

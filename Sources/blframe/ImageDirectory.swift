@@ -1,0 +1,54 @@
+import BLCommand
+import BLFrame
+
+/// `--images DIR`: each I frame becomes DIR/<number>.<ext>, numbered after the highest number
+/// already there, written under a temporary name and linked into place when complete.
+final class ImageDirectory {
+    let path: String
+    private var next: Int
+
+    init(path: String) throws {
+        self.path = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+        try PartialFile.makeDirectories(self.path)
+        next = (try DirectoryListing.names(in: self.path).compactMap(ImageDirectory.number).max() ?? 0) + 1
+    }
+
+    /// "000042.png" → 42.
+    static func number(of name: String) -> Int? {
+        guard let dot = name.firstIndex(of: "."), dot != name.startIndex else { return nil }
+        let digits = name[..<dot]
+        guard digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return Int(digits)
+    }
+
+    static func name(_ number: Int, _ ext: String) -> String {
+        let digits = String(number)
+        return String(repeating: "0", count: max(0, 6 - digits.count)) + digits + "." + ext
+    }
+
+    func begin() throws -> Writer {
+        Writer(owner: self, file: try PartialFile(directory: path, prefix: "blframe"))
+    }
+
+    final class Writer {
+        let owner: ImageDirectory
+        let file: PartialFile
+
+        init(owner: ImageDirectory, file: PartialFile) {
+            self.owner = owner
+            self.file = file
+        }
+
+        func write(_ bytes: UnsafeRawBufferPointer) throws { try file.write(bytes) }
+
+        /// Names the finished image after its format and returns its path.
+        func commit() throws -> String {
+            let ext = ImageFormat(signature: file.head)?.fileExtension ?? "bin"
+            let (path, number) = try file.commit(first: owner.next) { ImageDirectory.name($0, ext) }
+            owner.next = number + 1
+            return path
+        }
+
+        func discard() { file.discard() }
+    }
+}

@@ -1,0 +1,47 @@
+import BLCommand
+import BLFrame
+
+let spec = CommandSpec(
+    name: "blframe",
+    usage: ["[-c CODE] [--exact] [--lines]", "-d [--raw] [--images DIR] [--json] [--resync]"],
+    summary: """
+    Encode standard input as frames of the RaspBLE protocol (default), or decode frames from standard
+    input (-d). A frame is one code byte (N, T, U or I), seven decimal digits giving the body length,
+    then the body.
+    """,
+    options: [
+        OptionSpec("decode", short: "d", help: "decode frames instead of encoding"),
+        OptionSpec("code", short: "c", value: "CODE", choices: ["T", "U", "I", "N", "auto"],
+                   help: "frame code when encoding: T (default), U, I, N or auto"),
+        OptionSpec("exact", short: "e", help: "keep a trailing newline in T and U bodies"),
+        OptionSpec("lines", short: "l", help: "encode each input line as its own frame, as it arrives"),
+        OptionSpec("raw", short: "r", help: "decode: write T and U bodies exactly, adding no newline"),
+        OptionSpec("images", short: "i", value: "DIR", completes: .directory,
+                   help: "decode: save I frames as files in DIR and print their paths"),
+        OptionSpec("json", short: "j", help: "decode: print one JSON object per frame"),
+        OptionSpec("resync", short: "s", help: "decode: skip bytes that do not start a valid frame"),
+    ],
+    epilog: """
+    examples:
+      echo hello | blframe                        # T0000005hello
+      echo http://host/a.png | blframe -c auto    # U0000017http://host/a.png
+      blframe -c T --exact < notes.txt | blframe -d --raw
+      blrecv DEV | blframe -d --images ./out
+
+    exit status: 0 success, 64 usage error, 65 malformed input or a body over 9999999 bytes,
+    73 an image file cannot be created, 74 input/output error.
+    """
+)
+
+Tool.run(spec) { options in
+    Tool.ignoreSIGPIPE()
+    let decodeOnly = ["raw", "images", "json", "resync"].filter(options.has)
+    let encodeOnly = ["code", "exact", "lines"].filter(options.has)
+    if options.has("decode") {
+        if let option = encodeOnly.first { throw UsageError("--\(option) is for encoding; it cannot be used with -d") }
+        try Decoder(options: options).run()
+    } else {
+        if let option = decodeOnly.first { throw UsageError("--\(option) is for decoding; use it with -d") }
+        try Encoder(options: options).run()
+    }
+}

@@ -1,0 +1,113 @@
+import XCTest
+@testable import BLCommand
+
+final class OptionsTests: XCTestCase {
+    let spec = CommandSpec(
+        name: "tool", usage: ["[options] DEV"], summary: "A test tool.",
+        options: [
+            OptionSpec("decode", short: "d", help: "decode"),
+            OptionSpec("verbose", short: "v", help: "more output"),
+            OptionSpec("code", short: "c", value: "CODE", help: "code"),
+            OptionSpec("timeout", value: "S", help: "seconds"),
+            OptionSpec("allow", value: "ADDR", help: "repeatable"),
+        ],
+        operands: 0...2)
+
+    func testLongOptionForms() throws {
+        let parsed = try spec.parse(["--code", "T", "--timeout=2.5", "--decode"])
+        XCTAssertEqual(parsed.string("code"), "T")
+        XCTAssertEqual(try parsed.seconds("timeout"), 2.5)
+        XCTAssertTrue(parsed.has("decode"))
+        XCTAssertFalse(parsed.has("verbose"))
+        XCTAssertEqual(try spec.parse(["--code="]).string("code"), "", "an empty inline value is a value")
+    }
+
+    func testShortOptionForms() throws {
+        XCTAssertEqual(try spec.parse(["-c", "U"]).string("code"), "U")
+        XCTAssertEqual(try spec.parse(["-cU"]).string("code"), "U")
+        let bundled = try spec.parse(["-dvvcI"])
+        XCTAssertTrue(bundled.has("decode"))
+        XCTAssertEqual(bundled.count("verbose"), 2)
+        XCTAssertEqual(bundled.string("code"), "I")
+    }
+
+    func testDoubleDashEndsOptionsAndDashIsAnOperand() throws {
+        let parsed = try spec.parse(["-d", "--", "-v", "-"])
+        XCTAssertEqual(parsed.operands, ["-v", "-"])
+        XCTAssertFalse(parsed.has("verbose"))
+        XCTAssertEqual(try spec.parse(["-", "-d"]).operands, ["-"])
+    }
+
+    func testOperandsMayBeMixedWithOptions() throws {
+        let parsed = try spec.parse(["AA:BB", "-d", "second"])
+        XCTAssertEqual(parsed.operands, ["AA:BB", "second"])
+        XCTAssertTrue(parsed.has("decode"))
+    }
+
+    func testOperandsCanEndOptionParsing() throws {
+        let serve = CommandSpec(name: "serve", usage: ["-- CMD"], summary: "",
+                                options: [OptionSpec("verbose", short: "v", help: "")],
+                                operands: 1...Int.max, operandsEndOptions: true)
+        let parsed = try serve.parse(["-v", "cat", "-v", "--x"])
+        XCTAssertEqual(parsed.operands, ["cat", "-v", "--x"])
+        XCTAssertEqual(parsed.count("verbose"), 1)
+    }
+
+    func testRepeatedValuesKeepOrder() throws {
+        let parsed = try spec.parse(["--allow", "A", "--allow=B"])
+        XCTAssertEqual(parsed.strings("allow"), ["A", "B"])
+        XCTAssertEqual(parsed.string("allow"), "B")
+    }
+
+    func testUsageErrors() {
+        func message(_ arguments: [String]) -> String? {
+            do {
+                _ = try spec.parse(arguments)
+                return nil
+            } catch {
+                return error.message
+            }
+        }
+        XCTAssertEqual(message(["--nope"]), "unknown option '--nope'")
+        XCTAssertEqual(message(["--decod"]), "unknown option '--decod' (did you mean '--decode'?)")
+        XCTAssertEqual(message(["--timeot", "1"]), "unknown option '--timeot' (did you mean '--timeout'?)")
+        XCTAssertEqual(message(["-x"]), "unknown option '-x'")
+        XCTAssertEqual(message(["--code"]), "option '--code' needs a value (CODE)")
+        XCTAssertEqual(message(["-dc"]), "option '-c' needs a value (CODE)")
+        XCTAssertEqual(message(["--decode=yes"]), "option '--decode' takes no value")
+        XCTAssertEqual(message(["a", "b", "c"]), "unexpected operand 'c'")
+        XCTAssertNil(message(["a", "b"]))
+    }
+
+    func testTypedValues() throws {
+        let parsed = try spec.parse(["--timeout", "abc", "--code", "12"])
+        XCTAssertThrowsError(try parsed.seconds("timeout"))
+        XCTAssertEqual(try parsed.int("code", in: 1...20), 12)
+        XCTAssertThrowsError(try parsed.int("code", in: 1...10))
+        XCTAssertThrowsError(try spec.parse(["--timeout", "-1"]).seconds("timeout"))
+        XCTAssertThrowsError(try spec.parse(["--timeout", "nan"]).seconds("timeout"))
+        XCTAssertEqual(try spec.parse(["--code", "T"]).choice("code", of: ["T", "U"]), "T")
+        XCTAssertThrowsError(try spec.parse(["--code", "X"]).choice("code", of: ["T", "U"]))
+    }
+
+    func testByteCounts() {
+        XCTAssertEqual(parseByteCount("4096"), 4096)
+        XCTAssertEqual(parseByteCount("64K"), 65536)
+        XCTAssertEqual(parseByteCount("1m"), 1 << 20)
+        XCTAssertEqual(parseByteCount("2G"), 2 << 30)
+        XCTAssertNil(parseByteCount("K"))
+        XCTAssertNil(parseByteCount("-1"))
+        XCTAssertNil(parseByteCount("1.5M"))
+        XCTAssertNil(parseByteCount("99999999999999999999"))
+    }
+
+    func testHelpListsEveryOption() {
+        let help = spec.helpText
+        XCTAssertTrue(help.hasPrefix("usage: tool [options] DEV\n"))
+        for option in spec.options {
+            XCTAssertTrue(help.contains("--\(option.long)"), option.long)
+        }
+        XCTAssertTrue(help.contains("-c, --code CODE"))
+        XCTAssertTrue(help.contains("    --timeout S"))
+    }
+}

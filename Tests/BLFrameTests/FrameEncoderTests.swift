@@ -1,0 +1,64 @@
+import XCTest
+@testable import BLFrame
+
+final class FrameEncoderTests: XCTestCase {
+    func testHeaderIsCodeAndSevenZeroPaddedDigits() throws {
+        XCTAssertEqual(try FrameEncoder.header(.text, size: 5), bytes("T0000005"))
+        XCTAssertEqual(try FrameEncoder.header(.notify, size: 0), bytes("N0000000"))
+        XCTAssertEqual(try FrameEncoder.header(.image, size: 9_999_999), bytes("I9999999"))
+        XCTAssertEqual(try FrameEncoder.header(.url, size: 1_234_567), bytes("U1234567"))
+    }
+
+    func testEncodeWholeFrame() throws {
+        XCTAssertEqual(try FrameEncoder.encode(.text, body: bytes("hello")), bytes("T0000005hello"))
+        XCTAssertEqual(try FrameEncoder.encode(.text, body: [UInt8]()), bytes("T0000000"))
+    }
+
+    func testEncoderRefusesOversizedBodies() {
+        XCTAssertThrowsError(try FrameEncoder.header(.text, size: 10_000_000)) { error in
+            XCTAssertEqual((error as? FrameError)?.kind, .tooLarge(size: 10_000_000, limit: 9_999_999))
+        }
+        XCTAssertThrowsError(try FrameEncoder.encode(.notify, body: [1]))
+    }
+
+    func testStreamingEncoderChecksTheAnnouncedSize() throws {
+        var encoder = try StreamingFrameEncoder(.image, size: 10)
+        XCTAssertEqual(encoder.headerBytes, bytes("I0000010"))
+        try encoder.accept(4)
+        XCTAssertThrowsError(try encoder.finish())
+        XCTAssertThrowsError(try encoder.accept(7))
+        XCTAssertEqual(encoder.remaining, 6)
+        try encoder.accept(6)
+        try encoder.finish()
+        XCTAssertThrowsError(try StreamingFrameEncoder(.text, size: 11, limit: 10))
+    }
+
+    func testCodeDetection() {
+        XCTAssertEqual(FrameCode.detect(prefix: bytes("http://example.com/a.png")), .url)
+        XCTAssertEqual(FrameCode.detect(prefix: bytes("https://x")), .url)
+        XCTAssertEqual(FrameCode.detect(prefix: bytes("htt")), .text)
+        XCTAssertEqual(FrameCode.detect(prefix: bytes("hello")), .text)
+        XCTAssertEqual(FrameCode.detect(prefix: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0]), .image)
+        XCTAssertEqual(FrameCode.detect(prefix: [UInt8]()), .text)
+    }
+
+    func testImageSignatures() {
+        XCTAssertEqual(ImageFormat(signature: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]), .png)
+        XCTAssertNil(ImageFormat(signature: [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A]))
+        XCTAssertEqual(ImageFormat(signature: [0xFF, 0xD8, 0xFF, 0xE0]), .jpeg)
+        XCTAssertEqual(ImageFormat(signature: bytes("GIF89a...")), .gif)
+        XCTAssertEqual(ImageFormat(signature: bytes("GIF87a")), .gif)
+        XCTAssertNil(ImageFormat(signature: bytes("GIF88a")))
+        XCTAssertEqual(ImageFormat(signature: bytes("RIFF\0\0\0\0WEBPVP8 ")), .webp)
+        XCTAssertNil(ImageFormat(signature: bytes("RIFF\0\0\0\0WAVE")))
+        XCTAssertEqual(ImageFormat(signature: bytes("BM6\0")), .bmp)
+        XCTAssertEqual(ImageFormat.jpeg.fileExtension, "jpg")
+    }
+
+    func testFrameCodeFromLetter() {
+        XCTAssertEqual(FrameCode(letter: "t"), .text)
+        XCTAssertEqual(FrameCode(letter: "I"), .image)
+        XCTAssertNil(FrameCode(letter: "x"))
+        XCTAssertNil(FrameCode(letter: "é"))
+    }
+}

@@ -1,0 +1,61 @@
+import Foundation
+import XCTest
+
+
+/// The directory holding the built products (the test bundle sits beside the tools).
+public let productsDirectory: URL = {
+    let exe = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var dir = exe.deletingLastPathComponent()
+    // The XCTest runner may live inside a .xctest directory.
+    while dir.path != "/" && !FileManager.default.fileExists(atPath: dir.appendingPathComponent("blframe").path) {
+        dir = dir.deletingLastPathComponent()
+    }
+    return dir
+}()
+
+public struct RunResult {
+    public var status: Int32
+    public var stdout: Data
+    public var stderr: String
+    public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
+}
+
+/// Runs a built tool with `input` on stdin and returns what it printed and its exit status.
+public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil) throws -> RunResult {
+    let process = Process()
+    process.executableURL = productsDirectory.appendingPathComponent(tool)
+    process.arguments = arguments
+    if let cwd { process.currentDirectoryURL = cwd }
+    let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
+    process.standardInput = stdin
+    process.standardOutput = stdout
+    process.standardError = stderr
+    try process.run()
+    // Feed stdin and drain both outputs concurrently so no pipe fills up.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var out = Data(), err = Data()
+    DispatchQueue.global().async(group: group) { out = stdout.fileHandleForReading.readDataToEndOfFile() }
+    DispatchQueue.global().async(group: group) { err = stderr.fileHandleForReading.readDataToEndOfFile() }
+    DispatchQueue.global().async(group: group) {
+        try? stdin.fileHandleForWriting.write(contentsOf: input)
+        try? stdin.fileHandleForWriting.close()
+    }
+    group.wait()
+    process.waitUntilExit()
+    return RunResult(status: process.terminationStatus, stdout: out, stderr: String(decoding: err, as: UTF8.self))
+}
+
+public func data(_ text: String) -> Data { Data(text.utf8) }
+
+/// A fresh temporary directory, removed at the end of the test.
+public func temporaryDirectory(_ test: XCTestCase) throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("blframe-test-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    test.addTeardownBlock { try? FileManager.default.removeItem(at: url) }
+    return url
+}
+
+public func randomData(_ count: Int, _ rng: inout SeededGenerator) -> Data { Data(rng.bytes(count)) }
+
+public let pngHeader = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
+public let jpegHeader = Data([0xFF, 0xD8, 0xFF, 0xE0])

@@ -1,0 +1,128 @@
+import Foundation
+import XCTest
+import BLTestSupport
+
+final class BlframeDecodeTests: XCTestCase {
+    func testTextBodiesGetANewlineUnlessTheyHaveOne() throws {
+        let result = try runTool("blframe", ["-d"], input: data("T0000005helloN0000000U0000008http://xT0000003ab\nT0000000"))
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, "hello\nhttp://x\nab\n\n")
+        XCTAssertEqual(result.stderr, "")
+    }
+
+    func testRawWritesBodiesExactly() throws {
+        let result = try runTool("blframe", ["-d", "--raw"], input: data("T0000005helloT0000003ab\nN0000000"))
+        XCTAssertEqual(result.stdoutText, "helloab\n")
+    }
+
+    func testEncodeExactThenDecodeRawReproducesAnyFile() throws {
+        var rng = SeededGenerator(seed: 0xB1F4)
+        var samples: [Data] = [Data(), data("\n"), data("line\n"), data("\n\n"), randomData(1, &rng)]
+        for _ in 0..<6 { samples.append(randomData(Int.random(in: 0...200_000, using: &rng), &rng)) }
+        samples.append(randomData(9_999_999, &rng))
+        for (i, sample) in samples.enumerated() {
+            let framed = try runTool("blframe", ["-c", "T", "--exact"], input: sample)
+            XCTAssertEqual(framed.status, 0, "sample \(i)")
+            let back = try runTool("blframe", ["-d", "--raw"], input: framed.stdout)
+            XCTAssertEqual(back.status, 0, "sample \(i): \(back.stderr)")
+            XCTAssertTrue(back.stdout == sample, "sample \(i) of \(sample.count) bytes did not round-trip")
+        }
+    }
+
+    func testImagesAreSavedNamedAndNeverOverwritten() throws {
+        let dir = try temporaryDirectory(self).appendingPathComponent("out")
+        let png = pngHeader + Data([1, 2, 3])
+        let jpeg = jpegHeader + Data([9])
+        let other = data("not an image")
+        var stream = data("I\(String(format: "%07d", png.count))") + png
+        stream += data("T0000002hi")
+        stream += data("I\(String(format: "%07d", jpeg.count))") + jpeg
+        stream += data("I\(String(format: "%07d", other.count))") + other
+        let result = try runTool("blframe", ["-d", "--images", dir.path], input: stream)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let paths = ["000001.png", "000002.jpg", "000003.bin"].map { dir.appendingPathComponent($0).path }
+        XCTAssertEqual(result.stdoutText, "\(paths[0])\nhi\n\(paths[1])\n\(paths[2])\n")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: paths[0])), png)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: paths[1])), jpeg)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: paths[2])), other)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(),
+                       ["000001.png", "000002.jpg", "000003.bin"], "no temporary files may remain")
+
+        // A second run continues the numbering and never replaces an existing file.
+        try data("keep me").write(to: dir.appendingPathComponent("000004.png"))
+        let again = try runTool("blframe", ["-d", "-i", dir.path], input: data("I\(String(format: "%07d", png.count))") + png)
+        XCTAssertEqual(again.stdoutText, dir.appendingPathComponent("000005.png").path + "\n")
+        XCTAssertEqual(try Data(contentsOf: dir.appendingPathComponent("000004.png")), data("keep me"))
+    }
+
+    func testPartialImageIsRemovedOnMalformedInput() throws {
+        let dir = try temporaryDirectory(self)
+        let stream = data("T0000002hiI0000100") + pngHeader  // ends 92 bytes early
+        let result = try runTool("blframe", ["-d", "--images", dir.path], input: stream)
+        XCTAssertEqual(result.status, 65)
+        XCTAssertEqual(result.stdoutText, "hi\n", "the complete frame before the error must be written")
+        XCTAssertEqual(result.stderr, "blframe: input ends inside a I frame (8 of 100 body bytes) at byte 26\n")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
+    }
+
+    func testImageWithoutImagesDirIsReportedAndSkipped() throws {
+        let png = pngHeader + Data([0x1B, 0x5B])
+        let result = try runTool("blframe", ["-d"], input: data("I0000010") + png + data("T0000002ok"))
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, "ok\n", "image bytes must never reach stdout")
+        XCTAssertTrue(result.stderr.contains("I frame of 10 bytes"), result.stderr)
+    }
+
+    func testJSONLines() throws {
+        let dir = try temporaryDirectory(self)
+        let png = pngHeader
+        let stream = data("T0000004a\"\\\nN0000000U0000003\u{e9}x") + data("I0000008") + png + data("T0000001") + Data([0xFF])
+        let result = try runTool("blframe", ["-d", "--json", "--images", dir.path], input: stream)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let lines = result.stdoutText.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines, [
+            #"{"code":"T","size":4,"text":"a\"\\\n"}"#,
+            #"{"code":"N","size":0}"#,
+            #"{"code":"U","size":3,"text":"éx"}"#,
+            #"{"code":"I","size":8,"path":"\#(dir.path)/000001.png"}"#,
+            #"{"code":"T","size":1,"text":"\#u{FFFD}"}"#,
+        ])
+        for line in lines {
+            XCTAssertNoThrow(try JSONSerialization.jsonObject(with: data(line)), line)
+        }
+    }
+
+    func testMalformedInputReportsOffsetAfterWritingEarlierFrames() throws {
+        let result = try runTool("blframe", ["-d"], input: data("T0000002okT00x0000"))
+        XCTAssertEqual(result.status, 65)
+        XCTAssertEqual(result.stdoutText, "ok\n")
+        XCTAssertEqual(result.stderr, "blframe: non-digit 'x' (0x78) in the size field at byte 13\n")
+        let unknown = try runTool("blframe", ["-d"], input: data("hello"))
+        XCTAssertEqual(unknown.status, 65)
+        XCTAssertEqual(unknown.stderr, "blframe: unknown frame code 'h' (0x68) at byte 0\n")
+    }
+
+    func testResyncSkipsNoise() throws {
+        let result = try runTool("blframe", ["-d", "--resync"], input: data("junk\nT0000002hi~~N0000000T0000003yes"))
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, "hi\nyes\n")
+        XCTAssertEqual(result.stderr, "blframe: skipped 5 bytes before the frame at byte 5\nblframe: skipped 2 bytes before the frame at byte 17\n")
+    }
+
+    func testClosedStdoutEndsQuietly() throws {
+        // `blframe -d | head -c 1`: the reader goes away; blframe must stop without an error.
+        let script = "head -c 100000000 /dev/zero | \(productsDirectory.path)/blframe -e -c I | \(productsDirectory.path)/blframe -d --raw -i /dev/null 2>&1 >/dev/null; yes T0000001a | tr -d '\\n' | head -c 10000000 | \(productsDirectory.path)/blframe -d | head -c 1 >/dev/null; echo \"${PIPESTATUS[3]}\""
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/bash")
+        process.arguments = ["-c", script]
+        let stdout = Pipe(), stderr = Pipe()
+        process.standardOutput = stdout
+        process.standardError = stderr
+        try process.run()
+        let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let err = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        XCTAssertTrue(out.hasSuffix("0\n"), "exit status of blframe -d after head closed the pipe: \(out)")
+        XCTAssertFalse(err.contains("blframe -d"), err)
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import XCTest
+import BLTestSupport
+
+final class BlframeEncodeTests: XCTestCase {
+    func testDefaultIsTextAndDropsOneTrailingNewline() throws {
+        let result = try runTool("blframe", [], input: data("hello\n"))
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, "T0000005hello")
+        XCTAssertEqual(try runTool("blframe", [], input: data("two\n\n")).stdoutText, "T0000004two\n")
+        XCTAssertEqual(try runTool("blframe", [], input: data("")).stdoutText, "T0000000")
+    }
+
+    func testExactKeepsEveryByte() throws {
+        XCTAssertEqual(try runTool("blframe", ["--exact"], input: data("hello\n")).stdoutText, "T0000006hello\n")
+        XCTAssertEqual(try runTool("blframe", ["-c", "U", "-e"], input: data("x\n")).stdoutText, "U0000002x\n")
+    }
+
+    func testCodeChoice() throws {
+        XCTAssertEqual(try runTool("blframe", ["-c", "U"], input: data("http://host/a.png\n")).stdoutText, "U0000017http://host/a.png")
+        XCTAssertEqual(try runTool("blframe", ["-cU"], input: data("x")).stdoutText, "U0000001x")
+        XCTAssertEqual(try runTool("blframe", ["--code=t"], input: data("x")).stdoutText, "T0000001x")
+        // I frames always keep every byte, including a final newline.
+        XCTAssertEqual(try runTool("blframe", ["-c", "I"], input: data("ab\n")).stdout, data("I0000003ab\n"))
+    }
+
+    func testAutoPicksURLImageOrText() throws {
+        XCTAssertEqual(try runTool("blframe", ["-c", "auto"], input: data("http://host/a.png\n")).stdoutText, "U0000017http://host/a.png")
+        XCTAssertEqual(try runTool("blframe", ["-c", "auto"], input: data("hello\n")).stdoutText, "T0000005hello")
+        let png = pngHeader + Data([0, 1, 0x0A])
+        XCTAssertEqual(try runTool("blframe", ["-c", "auto"], input: png).stdout, data("I0000011") + png)
+        let jpeg = jpegHeader + Data([0x0A])
+        XCTAssertEqual(try runTool("blframe", ["-c", "auto"], input: jpeg).stdout, data("I0000005") + jpeg)
+    }
+
+    func testNotifyFrameDoesNotReadStdin() throws {
+        // stdin stays open and empty: the tool must not wait for it.
+        let process = Process()
+        process.executableURL = productsDirectory.appendingPathComponent("blframe")
+        process.arguments = ["-c", "N"]
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        try process.run()
+        let deadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        XCTAssertFalse(process.isRunning, "blframe -c N waited for stdin")
+        if process.isRunning { process.terminate() }
+        process.waitUntilExit()
+        XCTAssertEqual(String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), "N0000000")
+        try stdin.fileHandleForWriting.close()
+    }
+
+    func testLinesMakesOneFramePerLine() throws {
+        let result = try runTool("blframe", ["--lines"], input: data("a\nbb\n\nhttp://x\nlast"))
+        XCTAssertEqual(result.stdoutText, "T0000001aT0000002bbT0000000T0000008http://xT0000004last")
+        let auto = try runTool("blframe", ["-l", "-c", "auto"], input: data("hi\nhttp://x\n"))
+        XCTAssertEqual(auto.stdoutText, "T0000002hiU0000008http://x")
+    }
+
+    func testLinesEmitsEachFrameBeforeStdinCloses() throws {
+        let process = Process()
+        process.executableURL = productsDirectory.appendingPathComponent("blframe")
+        process.arguments = ["--lines"]
+        let stdin = Pipe(), stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        try process.run()
+        defer {
+            try? stdin.fileHandleForWriting.close()
+            process.waitUntilExit()
+        }
+        let reader = stdout.fileHandleForReading
+        for (line, expected) in [("first", "T0000005first"), ("second line", "T0000011second line")] {
+            try stdin.fileHandleForWriting.write(contentsOf: data(line + "\n"))
+            var received = Data()
+            let deadline = Date().addingTimeInterval(5)
+            while received.count < expected.utf8.count && Date() < deadline {
+                var fds = pollfd(fd: reader.fileDescriptor, events: Int16(POLLIN), revents: 0)
+                if poll(&fds, 1, 100) > 0 { received += reader.availableData }
+            }
+            XCTAssertEqual(String(decoding: received, as: UTF8.self), expected, "frame not emitted while stdin is open")
+        }
+    }
+
+    func testLargestBodyIsAcceptedAndOneMoreIsRefused() throws {
+        let limit = 9_999_999
+        let ok = try runTool("blframe", ["-c", "I"], input: Data(repeating: 0x41, count: limit))
+        XCTAssertEqual(ok.status, 0)
+        XCTAssertEqual(ok.stdout.count, limit + 8)
+        XCTAssertEqual(ok.stdout.prefix(8), data("I9999999"))
+
+        let over = try runTool("blframe", ["-c", "I"], input: Data(repeating: 0x41, count: limit + 1))
+        XCTAssertEqual(over.status, 65)
+        XCTAssertEqual(over.stdout.count, 0, "nothing may be written for an oversized body")
+        XCTAssertTrue(over.stderr.hasPrefix("blframe: "), over.stderr)
+        XCTAssertTrue(over.stderr.contains("9999999"), over.stderr)
+        XCTAssertEqual(over.stderr.filter { $0 == "\n" }.count, 1, "one line: \(over.stderr)")
+
+        // A T body that is one byte over only because of echo's newline still fits.
+        let trimmed = try runTool("blframe", [], input: Data(repeating: 0x41, count: limit) + data("\n"))
+        XCTAssertEqual(trimmed.status, 0)
+        XCTAssertEqual(trimmed.stdout.count, limit + 8)
+    }
+
+    func testOversizedLineKeepsEarlierFrames() throws {
+        let input = data("ok\n") + Data(repeating: 0x41, count: 10_000_000) + data("\nnever\n")
+        let result = try runTool("blframe", ["--lines"], input: input)
+        XCTAssertEqual(result.status, 65)
+        XCTAssertEqual(result.stdoutText, "T0000002ok")
+        XCTAssertTrue(result.stderr.contains("limit"), result.stderr)
+    }
+
+    func testUsageErrors() throws {
+        for arguments in [["--bogus"], ["-c", "X"], ["-c"], ["--raw"], ["-d", "--lines"], ["extra"], ["-c", "N", "--lines"]] {
+            let result = try runTool("blframe", arguments)
+            XCTAssertEqual(result.status, 64, "\(arguments)")
+            XCTAssertEqual(result.stdout.count, 0, "\(arguments)")
+            XCTAssertTrue(result.stderr.hasPrefix("blframe: ") && result.stderr.contains("--help"), "\(arguments): \(result.stderr)")
+            XCTAssertEqual(result.stderr.filter { $0 == "\n" }.count, 1, "\(arguments): \(result.stderr)")
+        }
+        XCTAssertTrue(try runTool("blframe", ["--line"]).stderr.contains("did you mean '--lines'"))
+    }
+
+    func testHelpAndVersion() throws {
+        let help = try runTool("blframe", ["--help"])
+        XCTAssertEqual(help.status, 0)
+        XCTAssertTrue(help.stdoutText.hasPrefix("usage: blframe"))
+        XCTAssertTrue(help.stdoutText.contains("--images DIR"))
+        XCTAssertEqual(help.stderr, "")
+        let version = try runTool("blframe", ["--version"])
+        XCTAssertEqual(version.status, 0)
+        XCTAssertTrue(version.stdoutText.hasPrefix("blframe "))
+    }
+}
