@@ -17,11 +17,18 @@ let package = Package(
     targets: [
         .target(name: "BLFrame"),
         .target(name: "BLCommand"),
+        .systemLibrary(
+            name: "CDBus",
+            pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]
+        ),
+        .target(name: "BLDBus", dependencies: ["CDBus", "BLCommand"]),
         .executableTarget(name: "blframe", dependencies: ["BLFrame", "BLCommand"]),
         // Helpers shared by the test targets (seeded randomness, running the built tools).
         .target(name: "BLTestSupport", path: "Tests/BLTestSupport"),
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
+        .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "BLCommand"]),
     ]
 )

@@ -71,12 +71,6 @@ public enum Tool {
             if error != .pipe { exit(.ioError, "stdout: \(error)") }
         }
     }
-
-    /// Ignores SIGPIPE so a closed pipe shows up as EPIPE from write(2), which the tools treat as
-    /// "the reader is gone": stop quietly.
-    public static func ignoreSIGPIPE() {
-        signal(SIGPIPE, SIG_IGN)
-    }
 }
 
 extension CommandSpec {

@@ -34,7 +34,7 @@ let spec = CommandSpec(
 )
 
 Tool.run(spec) { options in
-    Tool.ignoreSIGPIPE()
+    Signals.ignoreSIGPIPE()
     let decodeOnly = ["raw", "images", "json", "resync"].filter(options.has)
     let encodeOnly = ["code", "exact", "lines"].filter(options.has)
     if options.has("decode") {
