@@ -19,6 +19,11 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
 }
 
 public enum FileIO {
+    /// Alignment for I/O buffers. The kernel copies pipe data into a buffer that is only 16-byte
+    /// aligned about three times slower than into a page-aligned one (measured here: 64 KiB reads
+    /// from a pipe into malloc's mmap'd chunks, which start 16 bytes into a page).
+    public static let bufferAlignment = 4096
+
     /// Reads up to `buffer.count` bytes. Returns 0 at end of file.
     @inlinable
     public static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
@@ -45,6 +50,25 @@ public enum FileIO {
         var offset = 0
         while offset < bytes.count {
             offset += try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+        }
+    }
+
+    /// Writes `first` then `second` with writev(2), looping over short writes.
+    public static func writeAll(_ fd: Int32, _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer) throws(Errno) {
+        var a = first, b = second
+        while !a.isEmpty || !b.isEmpty {
+            var vectors = [
+                iovec(iov_base: UnsafeMutableRawPointer(mutating: a.baseAddress), iov_len: a.count),
+                iovec(iov_base: UnsafeMutableRawPointer(mutating: b.baseAddress), iov_len: b.count),
+            ]
+            let n = writev(fd, &vectors, 2)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw Errno.current
+            }
+            let fromA = min(n, a.count)
+            a = UnsafeRawBufferPointer(rebasing: a[fromA...])
+            b = UnsafeRawBufferPointer(rebasing: b[(n - fromA)...])
         }
     }
 

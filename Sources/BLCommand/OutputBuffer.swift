@@ -18,26 +18,32 @@ public final class OutputBuffer {
 
     public init(fd: Int32, capacity: Int = 128 * 1024) {
         self.fd = fd
-        storage = .allocate(byteCount: capacity, alignment: 16)
+        storage = .allocate(byteCount: capacity, alignment: FileIO.bufferAlignment)
     }
 
     deinit { storage.deallocate() }
 
     public var pendingCount: Int { used }
 
-    /// Appends bytes, writing through when they do not fit.
+    /// Writes of at least this many bytes skip the copy into the buffer: what is pending and the
+    /// new bytes leave together in one writev(2).
+    public static let directThreshold = 16 * 1024
+
+    /// Appends bytes; large writes go straight to the descriptor together with what is pending.
     public func write(_ bytes: UnsafeRawBufferPointer) throws(Errno) {
-        if bytes.count <= capacityLeft {
+        if bytes.count < OutputBuffer.directThreshold && bytes.count <= capacityLeft {
             append(bytes)
             return
         }
-        try flush()
-        if bytes.count >= capacity {
-            try FileIO.writeAll(fd, bytes)
-            bytesWritten += bytes.count
-        } else {
+        if bytes.count < OutputBuffer.directThreshold {
+            try flush()
             append(bytes)
+            return
         }
+        let pending = UnsafeRawBufferPointer(rebasing: storage[0..<used])
+        used = 0
+        try FileIO.writeAll(fd, pending, bytes)
+        bytesWritten += pending.count + bytes.count
     }
 
     public func write(_ bytes: [UInt8]) throws(Errno) {

@@ -34,7 +34,7 @@ final class Decoder {
 
     func run() throws {
         let chunkSize = 256 * 1024
-        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: FileIO.bufferAlignment)
         defer { chunk.deallocate() }
         do {
             while true {

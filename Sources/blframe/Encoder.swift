@@ -88,43 +88,55 @@ struct Encoder {
     }
 
     /// Each line (newline removed) as its own frame, flushed once every complete line read so
-    /// far has been written.
+    /// far has been written. Input is read straight into one buffer that grows to the longest
+    /// line, so a line is copied only by the kernel, however many reads it spans.
     private func encodeLines() throws {
-        let chunkSize = 256 * 1024
-        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: chunkSize, alignment: 16)
-        defer { chunk.deallocate() }
-        // A line that spans chunks is collected here.
-        var partial: [UInt8] = []
+        let limit = FrameFormat.maxBodySize
+        var buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 * 1024, alignment: FileIO.bufferAlignment)
+        defer { buffer.deallocate() }
+        var start = 0    // first byte of the current (incomplete) line
+        var end = 0      // bytes filled
         while true {
-            let n = try readStdin(into: chunk)
-            if n == 0 { break }
-            var rest = UnsafeRawBufferPointer(rebasing: chunk[0..<n])
-            while let newline = memchr(rest.baseAddress!, 0x0A, rest.count) {
-                let length = UnsafeRawPointer(newline) - rest.baseAddress!
-                let line = UnsafeRawBufferPointer(rebasing: rest[0..<length])
-                if partial.isEmpty {
-                    try emitLine(line)
+            if end == buffer.count {
+                if start > 0 {
+                    // Move the incomplete line to the front.
+                    let pending = end - start
+                    if pending > 0 { buffer.baseAddress!.copyMemory(from: buffer.baseAddress! + start, byteCount: pending) }
+                    start = 0
+                    end = pending
                 } else {
-                    try appendChecked(&partial, line)
-                    try partial.withUnsafeBytes { try emitLine($0) }
-                    partial.removeAll(keepingCapacity: partial.count <= chunkSize)
+                    // One line fills the buffer: grow it, up to a line one byte over the limit.
+                    guard buffer.count <= limit else {
+                        throw ToolError(.dataError, "line of more than \(limit) bytes is over the frame limit")
+                    }
+                    let bigger = UnsafeMutableRawBufferPointer.allocate(byteCount: min(buffer.count * 2, limit + 1), alignment: FileIO.bufferAlignment)
+                    bigger.baseAddress!.copyMemory(from: buffer.baseAddress!, byteCount: end)
+                    buffer.deallocate()
+                    buffer = bigger
                 }
-                rest = UnsafeRawBufferPointer(rebasing: rest[(length + 1)...])
-                if rest.isEmpty { break }
             }
-            if !rest.isEmpty { try appendChecked(&partial, rest) }
+            let n = try readStdin(into: UnsafeMutableRawBufferPointer(rebasing: buffer[end...]))
+            if n == 0 { break }
+            var scan = end
+            end += n
+            while scan < end, let newline = memchr(buffer.baseAddress! + scan, 0x0A, end - scan) {
+                let position = UnsafeRawPointer(newline) - UnsafeRawPointer(buffer.baseAddress!)
+                try emitLine(UnsafeRawBufferPointer(rebasing: buffer[start..<position]))
+                start = position + 1
+                scan = start
+            }
+            if end - start > limit {
+                throw ToolError(.dataError, "line of more than \(limit) bytes is over the frame limit")
+            }
+            if start == end {
+                start = 0
+                end = 0
+            }
             try flush()
         }
-        if !partial.isEmpty {
-            try partial.withUnsafeBytes { try emitLine($0) }
+        if end > start {
+            try emitLine(UnsafeRawBufferPointer(rebasing: buffer[start..<end]))
         }
-    }
-
-    private func appendChecked(_ partial: inout [UInt8], _ bytes: UnsafeRawBufferPointer) throws {
-        guard partial.count + bytes.count <= FrameFormat.maxBodySize else {
-            throw ToolError(.dataError, "line of more than \(FrameFormat.maxBodySize) bytes is over the frame limit")
-        }
-        partial.append(contentsOf: bytes)
     }
 
     private func emitLine(_ line: UnsafeRawBufferPointer) throws {
