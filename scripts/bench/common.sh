@@ -1,0 +1,104 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables here are used by the scripts that source this file
+# Shared by the bench scripts, on the host and inside the VM. Source it, do not run it.
+# The caller sets BENCH_TOOL (the name used in messages) before sourcing.
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PROJECT_DIR=$(cd "$BENCH_DIR/../.." && pwd)
+BENCH_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/blbench
+
+note() { printf '%s: %s\n' "${BENCH_TOOL:-bench}" "$*"; }
+die() { printf '%s: error: %s\n' "${BENCH_TOOL:-bench}" "$*" >&2; exit 1; }
+
+# btvirt_path: where setup caches the patched btvirt. The key covers the installed bluez
+# version, the patch and setup itself (the build recipe), so a change to any rebuilds it.
+btvirt_path() {
+    local key
+    key=$({
+        dpkg-query -W -f='${Version}' bluez-test-tools
+        cat "$BENCH_DIR/btvirt.patch" "$BENCH_DIR/setup"
+    } | sha256sum | cut -c1-16)
+    echo "$BENCH_CACHE/btvirt-$key"
+}
+
+# Seconds since the epoch with centiseconds, for durations.
+now() { date +%s.%N | cut -c1-13; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# --- inside the VM -------------------------------------------------------------------------
+
+# Runtime state of the bench inside the VM (a tmpfs there).
+BENCH_RUN=/run/blbench
+BLUETOOTHD=/usr/libexec/bluetooth/bluetoothd
+SYSTEM_BUS=unix:path=/run/dbus/system_bus_socket
+
+# alive PID: true while PID runs (a zombie counts as gone).
+alive() {
+    local _pid _comm state
+    read -r _pid _comm state _ 2>/dev/null <"/proc/$1/stat" || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# stop_pid PID SIGNAL SECONDS: send SIGNAL, wait up to SECONDS, then SIGKILL.
+stop_pid() {
+    local pid=$1 sig=$2 limit=$3 i
+    alive "$pid" || return 0
+    kill "-$sig" "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < limit * 10; i++)); do
+        alive "$pid" || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# bus_has_name NAME: true when NAME has an owner on the system bus.
+bus_has_name() {
+    local reply
+    reply=$(timeout 5 dbus-send --system --print-reply --dest=org.freedesktop.DBus / \
+        org.freedesktop.DBus.NameHasOwner "string:$1" 2>/dev/null) || return 1
+    [[ $reply == *'boolean true'* ]]
+}
+
+# adapter_prop HCI NAME: print org.bluez.Adapter1.NAME of /org/bluez/HCI (boolean or string).
+adapter_prop() {
+    local reply
+    reply=$(timeout 5 dbus-send --system --print-reply --dest=org.bluez "/org/bluez/$1" \
+        org.freedesktop.DBus.Properties.Get string:org.bluez.Adapter1 "string:$2" 2>/dev/null) || return 1
+    reply=${reply##* }
+    printf '%s\n' "${reply//\"/}"
+}
+
+# power_on HCI: ask bluetoothd to power the adapter (does not wait for it).
+power_on() {
+    timeout 5 dbus-send --system --print-reply --dest=org.bluez "/org/bluez/$1" \
+        org.freedesktop.DBus.Properties.Set string:org.bluez.Adapter1 string:Powered \
+        variant:boolean:true >/dev/null 2>&1
+}
+
+# start_bluetoothd: start bluetoothd with the bench config, log appended to
+# $BL_BENCH_OUT/bluetoothd.log; waits (bounded) until it owns org.bluez.
+start_bluetoothd() {
+    local log=$BL_BENCH_OUT/bluetoothd.log pid i
+    mkdir -p "$BENCH_RUN"
+    printf '=== blbench: bluetoothd starting at %s (uptime %s) ===\n' \
+        "$(date '+%H:%M:%S.%N' | cut -c1-12)" "$(cut -d' ' -f1 /proc/uptime)" >>"$log"
+    # setsid: its own session, so a test's timeout (which kills the test's process group)
+    # never takes bluetoothd down with it. -d: debug log. Not -E (see bluez-notes.md §9).
+    setsid "$BLUETOOTHD" -n -d -f "$BENCH_DIR/main.conf" </dev/null >>"$log" 2>&1 &
+    pid=$!
+    echo "$pid" >"$BENCH_RUN/bluetoothd.pid"
+    for ((i = 0; i < 200; i++)); do
+        alive "$pid" || die "bluetoothd exited at start; see $log"
+        bus_has_name org.bluez && return 0
+        sleep 0.1
+    done
+    die "bluetoothd did not take org.bluez within 20 s; see $log"
+}
+
+# stop_bluetoothd: SIGTERM, bounded wait, then SIGKILL.
+stop_bluetoothd() {
+    local pid
+    pid=$(cat "$BENCH_RUN/bluetoothd.pid" 2>/dev/null) || return 0
+    stop_pid "$pid" TERM 5
+    rm -f "$BENCH_RUN/bluetoothd.pid"
+}
