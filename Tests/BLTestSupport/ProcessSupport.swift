@@ -1,5 +1,4 @@
 import Foundation
-import XCTest
 
 
 /// The directory holding the built products (the test bundle sits beside the tools).
@@ -21,10 +20,14 @@ public struct RunResult {
 }
 
 /// Runs a built tool with `input` on stdin and returns what it printed and its exit status.
-public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil) throws -> RunResult {
+public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil,
+                    environment: [String: String] = [:]) throws -> RunResult {
     let process = Process()
     process.executableURL = productsDirectory.appendingPathComponent(tool)
     process.arguments = arguments
+    if !environment.isEmpty {
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    }
     if let cwd { process.currentDirectoryURL = cwd }
     let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
     process.standardInput = stdin
@@ -47,15 +50,26 @@ public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(),
 
 public func data(_ text: String) -> Data { Data(text.utf8) }
 
-/// A fresh temporary directory, removed at the end of the test.
-public func temporaryDirectory(_ test: XCTestCase) throws -> URL {
-    let url = FileManager.default.temporaryDirectory.appendingPathComponent("blframe-test-\(UUID().uuidString)")
-    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    test.addTeardownBlock { try? FileManager.default.removeItem(at: url) }
-    return url
-}
-
 public func randomData(_ count: Int, _ rng: inout SeededGenerator) -> Data { Data(rng.bytes(count)) }
 
 public let pngHeader = Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A])
 public let jpegHeader = Data([0xFF, 0xD8, 0xFF, 0xE0])
+
+/// The package's root directory (where Package.swift is).
+public let packageRoot: URL = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// Runs Tests/docs/check-tool-docs for `tool`: its man page and bash, zsh and fish completions
+/// must agree with its --help. Returns the script's output when it fails, nil when all agree.
+public func toolDocsProblems(_ tool: String) throws -> String? {
+    let process = Process()
+    process.executableURL = packageRoot.appendingPathComponent("Tests/docs/check-tool-docs")
+    process.arguments = [productsDirectory.path, tool]
+    let output = Pipe()
+    process.standardOutput = output
+    process.standardError = output
+    try process.run()
+    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return process.terminationStatus == 0 ? nil : text
+}

