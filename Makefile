@@ -20,7 +20,9 @@ FUZZ_SECONDS ?= 300
 
 # Tools without libdbus are linked fully static: they start as fast as cat.
 STATIC_TOOLS = blframe
-TOOLS = $(STATIC_TOOLS)
+# Tools on libdbus link it dynamically (it pulls in libsystemd); the Swift runtime is still static.
+DBUS_TOOLS = blscan blsend blrecv
+TOOLS = $(STATIC_TOOLS) $(DBUS_TOOLS)
 SWIFT ?= swift
 SWIFT_RELEASE = $(SWIFT) build -c release --static-swift-stdlib
 
@@ -35,8 +37,9 @@ build: deps
 	$(SWIFT_RELEASE) --scratch-path .build/static -Xswiftc -static-executable $(addprefix --product ,$(STATIC_TOOLS)) 2>&1 \
 		| grep -v "statically linked applications requires at runtime" || true
 	@test -x .build/static/release/blframe || { echo "make: release build failed" >&2; exit 1; }
+	$(SWIFT_RELEASE)
 	mkdir -p .build/bin
-	cp $(addprefix .build/static/release/,$(STATIC_TOOLS)) .build/bin/
+	cp $(addprefix .build/static/release/,$(STATIC_TOOLS)) $(addprefix .build/release/,$(DBUS_TOOLS)) .build/bin/
 
 test: deps
 	$(SWIFT) build --build-tests

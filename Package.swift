@@ -13,6 +13,9 @@ let package = Package(
     products: [
         .library(name: "BLFrame", targets: ["BLFrame"]),
         .executable(name: "blframe", targets: ["blframe"]),
+        .executable(name: "blscan", targets: ["blscan"]),
+        .executable(name: "blsend", targets: ["blsend"]),
+        .executable(name: "blrecv", targets: ["blrecv"]),
     ],
     targets: [
         .target(name: "BLFrame"),
@@ -23,12 +26,20 @@ let package = Package(
             providers: [.apt(["libdbus-1-dev"])]
         ),
         .target(name: "BLDBus", dependencies: ["CDBus", "BLCommand"]),
+        .target(name: "BLBlueZ", dependencies: ["BLDBus", "BLCommand", "BLFrame"]),
         .executableTarget(name: "blframe", dependencies: ["BLFrame", "BLCommand"]),
+        .executableTarget(name: "blscan", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
+        .executableTarget(name: "blsend", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
+        .executableTarget(name: "blrecv", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
         // Helpers shared by the test targets (seeded randomness, running the built tools).
         .target(name: "BLTestSupport", path: "Tests/BLTestSupport"),
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "BLCommand"]),
+        .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
+        .testTarget(name: "blscanTests", dependencies: ["blscan", "BLTestSupport"]),
+        .testTarget(name: "blsendTests", dependencies: ["blsend", "BLTestSupport"]),
+        .testTarget(name: "blrecvTests", dependencies: ["blrecv", "BLTestSupport"]),
     ]
 )

@@ -316,6 +316,11 @@ public final class EventLoop {
         }
     }
 
+    /// Runs the loop for `seconds`; everything else keeps being served meanwhile.
+    public func sleep(_ seconds: Double) {
+        _ = run(until: { false }, timeout: seconds)
+    }
+
     /// Starts an asynchronous operation and runs the loop until it completes.
     ///
     /// `start` receives a completion to call exactly once (later ones are ignored; so is one that
@@ -342,6 +347,12 @@ public final class EventLoop {
     /// the current handler. The request is cleared when the outermost `run()` returns.
     public func stop() {
         stopRequested = true
+    }
+
+    /// Withdraws a ``stop()`` request so waits work again, e.g. to clean up (unsubscribe,
+    /// disconnect) after an interrupt stopped a wait in progress.
+    public func clearStop() {
+        stopRequested = false
     }
 
     /// True between ``stop()`` and the return of the outermost ``run()``.

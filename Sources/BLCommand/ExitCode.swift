@@ -21,6 +21,8 @@ public enum ExitCode: Int32, Sendable, CustomStringConvertible {
     case tempFail = 75
     /// EX_NOPERM: insufficient permission.
     case noPermission = 77
+    /// Ended by SIGINT, SIGTERM or SIGHUP (the shell's 128 + SIGINT).
+    case interrupted = 130
 
     public var description: String { String(rawValue) }
 }

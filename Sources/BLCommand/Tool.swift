@@ -13,6 +13,14 @@ public enum Tool {
     /// The name used as a prefix on stderr. Set once by `run`.
     nonisolated(unsafe) public private(set) static var name = "blpipe"
 
+    /// How much `note` says: 0 nothing, 1 with -v.
+    nonisolated(unsafe) public static var verbosity = 0
+
+    /// A progress note for -v: "name: message" on stderr when verbose.
+    public static func note(_ message: @autoclosure () -> String) {
+        if verbosity > 0 { warn(message()) }
+    }
+
     /// Writes "name: message" and a newline to stderr. Never fails.
     public static func warn(_ message: String) {
         try? FileIO.writeAll(2, "\(name): \(message)\n")

@@ -1,0 +1,163 @@
+import BLCommand
+import BLDBus
+
+/// bluetoothd's object tree, as returned by ObjectManager.GetManagedObjects:
+/// path → interface → property → value.
+public struct BlueZObjects {
+    public var objects: [String: [String: [String: DBusValue]]]
+
+    public init(_ objects: [String: [String: [String: DBusValue]]]) { self.objects = objects }
+
+    /// The properties of `interface` at `path`, if that object has it.
+    public func properties(_ path: String, _ interface: String) -> [String: DBusValue]? {
+        objects[path]?[interface]
+    }
+
+    /// Paths carrying `interface`, optionally only those under `prefix` (a path namespace), sorted.
+    public func paths(with interface: String, under prefix: String? = nil) -> [String] {
+        objects.compactMap { path, interfaces in
+            guard interfaces[interface] != nil else { return nil }
+            if let prefix, !path.hasPrefix(prefix + "/") { return nil }
+            return path
+        }.sorted()
+    }
+
+    public var adapters: [Adapter] {
+        paths(with: BlueZ.adapterInterface).compactMap { Adapter(path: $0, properties: properties($0, BlueZ.adapterInterface)!) }
+    }
+
+    public func devices(of adapter: Adapter) -> [DeviceInfo] {
+        paths(with: BlueZ.deviceInterface, under: adapter.path).map {
+            DeviceInfo(path: $0, properties: properties($0, BlueZ.deviceInterface)!)
+        }
+    }
+}
+
+/// A local Bluetooth adapter (`/org/bluez/hciN`).
+public struct Adapter: Sendable, Equatable {
+    public var path: String
+    /// "hci0".
+    public var name: String { String(path.split(separator: "/").last ?? "") }
+    public var address: String
+    public var powered: Bool
+
+    init(path: String, properties: [String: DBusValue]) {
+        self.path = path
+        address = properties["Address"]?.string ?? ""
+        powered = properties["Powered"]?.bool ?? false
+    }
+}
+
+/// What bluetoothd knows about a remote device (`org.bluez.Device1`).
+public struct DeviceInfo {
+    public var path: String
+    public var properties: [String: DBusValue]
+
+    public init(path: String, properties: [String: DBusValue]) {
+        self.path = path
+        self.properties = properties
+    }
+
+    public var address: String { properties["Address"]?.string ?? "" }
+    public var addressType: String { properties["AddressType"]?.string ?? "public" }
+    public var name: String? { properties["Name"]?.string }
+    public var alias: String? { properties["Alias"]?.string }
+    public var rssi: Int? { properties["RSSI"]?.int16.map(Int.init) }
+    public var uuids: [String] { properties["UUIDs"]?.stringArray ?? [] }
+    public var connected: Bool { properties["Connected"]?.bool ?? false }
+    public var servicesResolved: Bool { properties["ServicesResolved"]?.bool ?? false }
+
+    /// Applies a PropertiesChanged.
+    public mutating func update(changed: [String: DBusValue], invalidated: [String]) {
+        for (key, value) in changed { properties[key] = value }
+        for key in invalidated { properties[key] = nil }
+    }
+}
+
+/// The tools' connection to bluetoothd: the system bus, the event loop, and the calls every tool
+/// needs. Errors come out as `ToolError`s with the sysexits status of `BlueZErrors`.
+public final class BlueZClient {
+    public let loop: EventLoop
+    public let bus: DBusConnection
+
+    /// Connects to the system bus (honouring DBUS_SYSTEM_BUS_ADDRESS).
+    public init(loop: EventLoop) throws(ToolError) {
+        self.loop = loop
+        do {
+            bus = try DBusConnection.system(loop: loop)
+        } catch {
+            throw ToolError(.unavailable, "cannot connect to the system bus: \(error.oneLine)")
+        }
+    }
+
+    /// Calls a method on a bluetoothd object and waits (the loop keeps running meanwhile).
+    /// `what` names the operation in the error message.
+    public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],
+                     timeout: Double? = 25, what: String) throws(ToolError) -> [DBusValue] {
+        do {
+            return try bus.callAndWait(destination: BlueZ.service, path: path, interface: interface,
+                                       member: member, args: args, timeout: timeout)
+        } catch {
+            throw BlueZErrors.toolError(what, error)
+        }
+    }
+
+    /// The whole object tree.
+    public func managedObjects() throws(ToolError) -> BlueZObjects {
+        let reply = try call("/", DBusInterfaceName.objectManager, "GetManagedObjects", timeout: 10,
+                             what: "listing bluetoothd's objects")
+        guard let objects = reply.first?.managedObjects else {
+            throw ToolError(.software, "GetManagedObjects returned \(reply.first?.signature ?? "nothing")")
+        }
+        return BlueZObjects(objects)
+    }
+
+    public func property(_ path: String, _ interface: String, _ name: String, what: String) throws(ToolError) -> DBusValue {
+        let reply = try call(path, DBusInterfaceName.properties, "Get", [.string(interface), .string(name)],
+                             timeout: 10, what: what)
+        guard let value = reply.first?.variant else { throw ToolError(.software, "\(what): malformed reply") }
+        return value
+    }
+
+    public func setProperty(_ path: String, _ interface: String, _ name: String, _ value: DBusValue, what: String) throws(ToolError) {
+        _ = try call(path, DBusInterfaceName.properties, "Set", [.string(interface), .string(name), .variant(value)],
+                     timeout: 10, what: what)
+    }
+
+    /// The adapter to use: `name` ("hci1") if given, else the first powered adapter, else the first
+    /// adapter. An adapter that is off is powered on (waiting up to `timeout` seconds).
+    public func adapter(named name: String?, timeout: Double = 5) throws(ToolError) -> Adapter {
+        let adapters = try managedObjects().adapters
+        var chosen: Adapter
+        if let name {
+            guard let match = adapters.first(where: { $0.name == name || $0.address.uppercased() == name.uppercased() }) else {
+                let known = adapters.map(\.name).joined(separator: ", ")
+                throw ToolError(.unavailable, "no adapter \(name)" + (known.isEmpty ? "" : " (have \(known))"))
+            }
+            chosen = match
+        } else {
+            guard let first = adapters.first(where: \.powered) ?? adapters.first else {
+                throw ToolError(.unavailable, "no Bluetooth adapter found")
+            }
+            chosen = first
+        }
+        if !chosen.powered {
+            try setProperty(chosen.path, BlueZ.adapterInterface, "Powered", .bool(true), what: "powering on \(chosen.name)")
+            let deadline = MonotonicClock.seconds() + timeout
+            while true {
+                if (try? property(chosen.path, BlueZ.adapterInterface, "Powered", what: "").bool) == true { break }
+                if MonotonicClock.seconds() > deadline {
+                    throw ToolError(.unavailable, "\(chosen.name) did not power on within \(formatSeconds(timeout)) s")
+                }
+                loop.sleep(0.1)
+            }
+            chosen.powered = true
+        }
+        return chosen
+    }
+}
+
+/// "10" or "2.5".
+public func formatSeconds(_ seconds: Double) -> String {
+    seconds == seconds.rounded() && seconds < 1e9 ? String(Int(seconds)) : String(seconds)
+}

@@ -1,0 +1,104 @@
+import BLCommand
+import BLDBus
+
+/// Bus names, interfaces and the UUIDs of the protocols the tools speak.
+public enum BlueZ {
+    public static let service = "org.bluez"
+    public static let adapterInterface = "org.bluez.Adapter1"
+    public static let deviceInterface = "org.bluez.Device1"
+    public static let gattServiceInterface = "org.bluez.GattService1"
+    public static let gattCharacteristicInterface = "org.bluez.GattCharacteristic1"
+    public static let gattDescriptorInterface = "org.bluez.GattDescriptor1"
+    public static let gattManagerInterface = "org.bluez.GattManager1"
+    public static let advertisingManagerInterface = "org.bluez.LEAdvertisingManager1"
+    public static let advertisementInterface = "org.bluez.LEAdvertisement1"
+}
+
+/// The default service layouts.
+public enum KnownUUIDs {
+    /// RaspBLE (seed 000): one characteristic with read, write and notify.
+    public static let raspBLEService = "54f06857-695e-47e4-aea8-c78184ad6c75"
+    public static let raspBLECharacteristic = "30a5f1bb-61dc-45f0-9c52-2218d080fa77"
+    /// Nordic UART Service: the central writes to RX and gets notifications from TX.
+    public static let nusService = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
+    public static let nusRX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+    public static let nusTX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+}
+
+/// Bluetooth UUIDs as BlueZ prints them: 128-bit, lower case.
+public enum BluetoothUUID {
+    static let baseSuffix = "-0000-1000-8000-00805f9b34fb"
+
+    /// Accepts a 16-bit ("180d", "0x180D"), 32-bit or 128-bit UUID and returns the 128-bit form
+    /// in lower case, or nil when `text` is not a UUID.
+    public static func normalize(_ text: String) -> String? {
+        var hex = text.lowercased()
+        if hex.hasPrefix("0x") { hex.removeFirst(2) }
+        let isHex = { (s: Substring) in !s.isEmpty && s.allSatisfy { $0.isHexDigit && $0.isASCII } }
+        switch hex.count {
+        case 4 where isHex(Substring(hex)):
+            return "0000" + hex + baseSuffix
+        case 8 where isHex(Substring(hex)):
+            return hex + baseSuffix
+        case 36:
+            let groups = hex.split(separator: "-", omittingEmptySubsequences: false)
+            guard groups.map(\.count) == [8, 4, 4, 4, 12], groups.allSatisfy(isHex) else { return nil }
+            return hex
+        default:
+            return nil
+        }
+    }
+}
+
+/// Bluetooth device addresses ("AA:BB:CC:DD:EE:FF").
+public enum BluetoothAddress {
+    /// The address in upper case, or nil when `text` is not six colon-separated hex bytes.
+    public static func normalize(_ text: String) -> String? {
+        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count == 6, parts.allSatisfy({ $0.count == 2 && $0.allSatisfy { $0.isHexDigit && $0.isASCII } }) else {
+            return nil
+        }
+        return text.uppercased()
+    }
+
+    /// BlueZ's object path for a device of `adapterPath`: `/org/bluez/hci0/dev_AA_BB_…`.
+    public static func devicePath(adapterPath: String, address: String) -> String {
+        adapterPath + "/dev_" + String(address.uppercased().map { $0 == ":" ? "_" : $0 })
+    }
+}
+
+/// How a BlueZ or D-Bus error maps onto the tools' exit statuses, in one table.
+public enum BlueZErrors {
+    /// The exit status for a D-Bus error from bluetoothd.
+    public static func exitCode(for error: DBusError) -> ExitCode {
+        switch error.shortName {
+        case "NoReply", "Timeout", "TimedOut":
+            return .tempFail
+        case "InProgress", "Busy":
+            return .tempFail
+        case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AccessDenied":
+            return .noPermission
+        case "InvalidArguments", "InvalidArgs", "InvalidLength", "InvalidValueLength", "InvalidOffset":
+            return .dataError
+        case "ServiceUnknown", "NameHasNoOwner", "UnknownObject", "DoesNotExist", "NotReady", "NotAvailable",
+             "NotConnected", "NotSupported", "Disconnected", "NoSuchAdapter":
+            return .unavailable
+        default:
+            // Failed "Not connected", "le-connection-abort-by-local", "Operation already in progress"…
+            let text = error.message.lowercased()
+            if text.contains("not connected") || text.contains("abort") || text.contains("not available") {
+                return .unavailable
+            }
+            if text.contains("in progress") { return .tempFail }
+            return .ioError
+        }
+    }
+
+    /// A one-line tool error for a failed BlueZ operation: "what: the BlueZ error".
+    public static func toolError(_ what: String, _ error: DBusError) -> ToolError {
+        if error.name == DBusError.Name.serviceUnknown || error.name == DBusError.Name.nameHasNoOwner {
+            return ToolError(.unavailable, "\(what): bluetoothd is not running (no org.bluez on the system bus)")
+        }
+        return ToolError(exitCode(for: error), "\(what): \(error.oneLine)")
+    }
+}

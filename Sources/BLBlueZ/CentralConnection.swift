@@ -1,0 +1,115 @@
+import BLCommand
+import BLDBus
+
+/// A link to a remote device, made or found by `BlueZClient.connect`.
+public final class Peer {
+    public let client: BlueZClient
+    public let device: DeviceInfo
+    /// True when this process made the connection; only then does `disconnect()` end it. A link
+    /// is shared by every process using the device (bluez-notes §9.6).
+    public let madeConnection: Bool
+    private var disconnected = false
+
+    init(client: BlueZClient, device: DeviceInfo, madeConnection: Bool) {
+        self.client = client
+        self.device = device
+        self.madeConnection = madeConnection
+    }
+
+    public var path: String { device.path }
+
+    /// Is the link still up? (Reads the property: the change signal is not always sent, §9.5.)
+    public var isConnected: Bool {
+        (try? client.property(path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
+    }
+
+    /// Ends the link if this process made it; otherwise leaves it to its owner.
+    public func disconnect(timeout: Double = 5) {
+        guard madeConnection, !disconnected else { return }
+        disconnected = true
+        _ = try? client.call(path, BlueZ.deviceInterface, "Disconnect", timeout: timeout, what: "disconnecting")
+    }
+
+    /// Finds a characteristic of a service, both given as 128-bit UUIDs. bluetoothd may report
+    /// ServicesResolved before every object is listed (bluez/bluez#1489), so it looks again for
+    /// up to `timeout` seconds.
+    public func characteristic(service: String, uuid: String, timeout: Double = 3) throws(ToolError) -> RemoteCharacteristic {
+        let deadline = MonotonicClock.seconds() + timeout
+        while true {
+            let objects = try client.managedObjects()
+            let services = objects.paths(with: BlueZ.gattServiceInterface, under: path).filter {
+                objects.properties($0, BlueZ.gattServiceInterface)?["UUID"]?.string?.lowercased() == service
+            }
+            for servicePath in services {
+                for charPath in objects.paths(with: BlueZ.gattCharacteristicInterface, under: servicePath) {
+                    let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface)!
+                    if properties["UUID"]?.string?.lowercased() == uuid {
+                        Tool.note("characteristic \(uuid) at \(charPath), flags \(properties["Flags"]?.stringArray?.joined(separator: ",") ?? "?")")
+                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties)
+                    }
+                }
+            }
+            if MonotonicClock.seconds() >= deadline {
+                let what = services.isEmpty ? "service \(service)" : "characteristic \(uuid) in service \(service)"
+                throw ToolError(.unavailable, "\(device.address) has no \(what)")
+            }
+            client.loop.sleep(0.2)
+        }
+    }
+}
+
+extension BlueZClient {
+    /// Connects to `device` (unless it already is connected) and waits for its services to be
+    /// resolved, all within `timeout` seconds. Transient failures that users of other BlueZ
+    /// clients report (le-connection-abort-by-local, "Operation already in progress", a
+    /// connection that failed to be established) are retried until the time is up.
+    public func connect(_ device: DeviceInfo, timeout: Double) throws(ToolError) -> Peer {
+        let deadline = MonotonicClock.seconds() + timeout
+        let connectedNow = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
+        var made = false
+        if !connectedNow {
+            var attempt = 0
+            while true {
+                attempt += 1
+                let left = deadline - MonotonicClock.seconds()
+                do {
+                    _ = try bus.callAndWait(destination: BlueZ.service, path: device.path, interface: BlueZ.deviceInterface,
+                                            member: "Connect", timeout: max(1, left))
+                    made = true
+                    break
+                } catch {
+                    let left = deadline - MonotonicClock.seconds()
+                    if error.shortName == "AlreadyConnected" { break }
+                    if error.name == DBusError.Name.noReply || left <= 0 {
+                        throw ToolError(.tempFail, "could not connect to \(device.address) within \(formatSeconds(timeout)) s"
+                                        + " (\(attempt) attempt\(attempt == 1 ? "" : "s"); last: \(error.oneLine))")
+                    }
+                    guard BlueZClient.isTransientConnectError(error) else {
+                        throw BlueZErrors.toolError("connecting to \(device.address)", error)
+                    }
+                    loop.sleep(min(0.5, max(0, left)))
+                }
+            }
+        }
+        let peer = Peer(client: self, device: device, madeConnection: made)
+        while true {
+            if (try? property(device.path, BlueZ.deviceInterface, "ServicesResolved", what: "").bool) == true { break }
+            if MonotonicClock.seconds() >= deadline {
+                peer.disconnect()
+                throw ToolError(.tempFail, "\(device.address): services not resolved within \(formatSeconds(timeout)) s")
+            }
+            if !peer.isConnected && MonotonicClock.seconds() > deadline - timeout + 1 {
+                throw ToolError(.unavailable, "\(device.address) disconnected while its services were being resolved")
+            }
+            loop.sleep(0.05)
+        }
+        return peer
+    }
+
+    static func isTransientConnectError(_ error: DBusError) -> Bool {
+        if error.shortName == "InProgress" { return true }
+        let text = error.message.lowercased()
+        return ["abort-by-local", "in progress", "failed to be established", "connection abort",
+                "connection refused", "page timeout", "connection timed out"].contains { text.contains($0) }
+    }
+}

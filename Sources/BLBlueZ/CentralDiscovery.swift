@@ -1,0 +1,151 @@
+import BLCommand
+import BLDBus
+
+/// A discovery session on one adapter: sets a filter, starts scanning, and reports every
+/// advertising report bluetoothd passes on as a "sighting" of a device.
+///
+/// bluetoothd creates Device objects before it applies any filter and merges the filters of all
+/// clients (bluez-notes §1.2), so callers must filter what they receive themselves. With a filter
+/// set, bluetoothd signals RSSI on every report, which is how devices it already knew are seen
+/// again.
+public final class Discovery {
+    public struct Filter {
+        /// Service UUIDs (128-bit form); empty means any.
+        public var uuids: [String] = []
+        /// RSSI threshold in dBm handed to the kernel, or nil.
+        public var rssi: Int?
+        public init(uuids: [String] = [], rssi: Int? = nil) {
+            self.uuids = uuids
+            self.rssi = rssi
+        }
+    }
+
+    public let client: BlueZClient
+    public let adapter: Adapter
+    public let filter: Filter
+    /// Every device under the adapter bluetoothd knows, kept up to date while scanning.
+    public private(set) var devices: [String: DeviceInfo] = [:]
+    /// Called for each advertising report (a new device or a known one reporting again).
+    public var onSighting: ((DeviceInfo) -> Void)?
+    /// Called when bluetoothd forgets a device.
+    public var onRemoved: ((String) -> Void)?
+
+    private var tokens: [SubscriptionToken] = []
+    private var scanning = false
+
+    public init(client: BlueZClient, adapter: Adapter, filter: Filter = Filter()) {
+        self.client = client
+        self.adapter = adapter
+        self.filter = filter
+    }
+
+    deinit { stop() }
+
+    /// Subscribes to device signals, sets the discovery filter and starts scanning.
+    public func start() throws(ToolError) {
+        let bus = client.bus
+        let prefix = adapter.path + "/"
+        do {
+            tokens.append(try bus.subscribeInterfacesAdded(sender: BlueZ.service) { [weak self] path, interfaces in
+                guard let self, path.hasPrefix(prefix), let properties = interfaces[BlueZ.deviceInterface] else { return }
+                var info = self.devices[path] ?? DeviceInfo(path: path, properties: [:])
+                info.update(changed: properties, invalidated: [])
+                self.devices[path] = info
+                self.onSighting?(info)
+            })
+            tokens.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] path, interfaces in
+                guard let self, interfaces.contains(BlueZ.deviceInterface), self.devices.removeValue(forKey: path) != nil else { return }
+                self.onRemoved?(path)
+            })
+            tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
+                                                             interface: BlueZ.deviceInterface) { [weak self] path, _, changed, invalidated in
+                guard let self, var info = self.devices[path] else { return }
+                info.update(changed: changed, invalidated: invalidated)
+                self.devices[path] = info
+                // A report carries RSSI (always signalled with a filter set) or advertising data.
+                let reportKeys = ["RSSI", "ManufacturerData", "ServiceData", "UUIDs", "Name", "TxPower"]
+                if changed.keys.contains(where: reportKeys.contains) { self.onSighting?(info) }
+            })
+        } catch {
+            stop()
+            throw BlueZErrors.toolError("watching bluetoothd's devices", error)
+        }
+        for device in try client.managedObjects().devices(of: adapter) { devices[device.path] = device }
+
+        var entries: [(String, DBusValue)] = [("Transport", .string("le")), ("DuplicateData", .bool(true))]
+        if !filter.uuids.isEmpty { entries.append(("UUIDs", .stringArray(filter.uuids))) }
+        if let rssi = filter.rssi { entries.append(("RSSI", .int16(Int16(clamping: rssi)))) }
+        _ = try client.call(adapter.path, BlueZ.adapterInterface, "SetDiscoveryFilter", [.stringDict(ordered: entries)],
+                            timeout: 10, what: "setting the discovery filter on \(adapter.name)")
+        _ = try client.call(adapter.path, BlueZ.adapterInterface, "StartDiscovery", timeout: 10,
+                            what: "starting discovery on \(adapter.name)")
+        scanning = true
+    }
+
+    /// Stops scanning (bluetoothd keeps the radio scanning while other clients still are) and
+    /// drops the subscriptions. Safe to call twice.
+    public func stop() {
+        for token in tokens { client.bus.unsubscribe(token) }
+        tokens = []
+        if scanning {
+            scanning = false
+            // Best effort, without waiting: bluetoothd also ends the session when we disconnect.
+            client.bus.call(destination: BlueZ.service, path: adapter.path, interface: BlueZ.adapterInterface,
+                            member: "StopDiscovery", timeout: 5) { _ in }
+        }
+    }
+}
+
+/// How a tool names a device: an address, or an advertised name.
+public enum DeviceSelector: CustomStringConvertible, Sendable {
+    case address(String)
+    case name(String)
+
+    public init(_ text: String) {
+        if let address = BluetoothAddress.normalize(text) {
+            self = .address(address)
+        } else {
+            self = .name(text)
+        }
+    }
+
+    public func matches(_ device: DeviceInfo) -> Bool {
+        switch self {
+        case .address(let address): return device.address.uppercased() == address
+        case .name(let name): return device.name == name || device.alias == name
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .address(let address): return address
+        case .name(let name): return "'\(name)'"
+        }
+    }
+}
+
+extension BlueZClient {
+    /// Finds a device: one bluetoothd already knows is used at once; otherwise the adapter scans
+    /// for up to `scanTimeout` seconds. Exit status 69 when nothing matched in time.
+    public func findDevice(_ selector: DeviceSelector, on adapter: Adapter, scanTimeout: Double,
+                           serviceUUIDs: [String] = []) throws(ToolError) -> DeviceInfo {
+        let known = try managedObjects().devices(of: adapter)
+        // A connected device does not advertise, so prefer it; then any known match.
+        if let device = known.first(where: { selector.matches($0) && $0.connected }) ?? known.first(where: selector.matches) {
+            return device
+        }
+        let discovery = Discovery(client: self, adapter: adapter, filter: Discovery.Filter(uuids: serviceUUIDs))
+        var found: DeviceInfo?
+        discovery.onSighting = { device in
+            if found == nil && selector.matches(device) { found = device }
+        }
+        try discovery.start()
+        defer { discovery.stop() }
+        _ = loop.run(until: { found != nil }, timeout: scanTimeout)
+        guard let device = found else {
+            if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
+            throw ToolError(.unavailable, "no device \(selector) found on \(adapter.name) within \(formatSeconds(scanTimeout)) s")
+        }
+        return device
+    }
+}

@@ -1,0 +1,67 @@
+import BLCommand
+
+/// The device options blsend and blrecv share, and what they resolve to.
+public struct CentralTarget {
+    public var selector: DeviceSelector
+    public var adapterName: String?
+    public var service: String
+    /// The characteristic written to.
+    public var writeCharacteristic: String
+    /// The characteristic notifications and reads come from.
+    public var notifyCharacteristic: String
+    public var scanTimeout: Double
+    public var connectTimeout: Double
+
+    /// The options, for a tool's CommandSpec.
+    public static let options: [OptionSpec] = [
+        OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one"),
+        OptionSpec("service", value: "UUID", help: "service UUID (16- or 128-bit); default: the RaspBLE service"),
+        OptionSpec("char", value: "UUID", help: "characteristic UUID; default: the RaspBLE characteristic"),
+        OptionSpec("nus", help: "Nordic UART Service: write to 6e400002-…, notifications from 6e400003-…"),
+        OptionSpec("scan-timeout", value: "S", help: "seconds to scan for DEV when bluetoothd does not know it (10)"),
+        OptionSpec("connect-timeout", value: "S", help: "seconds to connect and resolve services (10)"),
+        OptionSpec("verbose", short: "v", help: "say on stderr what is being done (adapter, device, MTU, rate)"),
+    ]
+
+    public init(_ options: ParsedOptions) throws {
+        selector = DeviceSelector(options.operands[0])
+        Tool.verbosity = options.count("verbose")
+        adapterName = options.string("adapter")
+        if options.has("nus") {
+            if options.has("service") || options.has("char") {
+                throw UsageError("--nus chooses the service and characteristics; it cannot be combined with --service or --char")
+            }
+            service = KnownUUIDs.nusService
+            writeCharacteristic = KnownUUIDs.nusRX
+            notifyCharacteristic = KnownUUIDs.nusTX
+        } else {
+            service = try CentralTarget.uuid(options, "service") ?? KnownUUIDs.raspBLEService
+            let characteristic = try CentralTarget.uuid(options, "char") ?? KnownUUIDs.raspBLECharacteristic
+            writeCharacteristic = characteristic
+            notifyCharacteristic = characteristic
+        }
+        scanTimeout = try options.seconds("scan-timeout", in: 0...3600) ?? 10
+        connectTimeout = try options.seconds("connect-timeout", in: 0.1...3600) ?? 10
+    }
+
+    static func uuid(_ options: ParsedOptions, _ name: String) throws -> String? {
+        guard let text = options.string(name) else { return nil }
+        guard let uuid = BluetoothUUID.normalize(text) else {
+            throw UsageError("--\(name) wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
+        }
+        return uuid
+    }
+
+    /// Finds and connects to the device. The caller disconnects (`Peer.disconnect`) when done.
+    public func connect(_ client: BlueZClient) throws(ToolError) -> Peer {
+        let adapter = try client.adapter(named: adapterName)
+        Tool.note("adapter \(adapter.name) (\(adapter.address))")
+        let device = try client.findDevice(selector, on: adapter, scanTimeout: scanTimeout)
+        Tool.note("device \(device.address) \(device.name.map { "'\($0)' " } ?? "")at \(device.path)")
+        let started = MonotonicClock.seconds()
+        let peer = try client.connect(device, timeout: connectTimeout)
+        Tool.note((peer.madeConnection ? "connected" : "already connected")
+                  + ", services resolved in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")
+        return peer
+    }
+}

@@ -1,0 +1,258 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLCommand
+import BLDBus
+import BLFrame
+
+/// Copies a characteristic's notifications to an output, as they arrive, and follows the seed
+/// protocol's read-pull replies: a notification that is exactly `N0000000` is followed by reads
+/// until a read returns an empty value, each value written in order.
+///
+/// It subscribes with AcquireNotify (one datagram per notification; a read does not show up as a
+/// notification), falling back to StartNotify where bluetoothd refuses the socket because another
+/// client uses StartNotify. Notifications that arrive during a pull are held back until it ends,
+/// so a pulled frame is never split by other bytes.
+public final class NotificationReceiver {
+    public struct Options {
+        /// Follow `N0000000` with reads until empty.
+        public var pull = true
+        /// End at a notification equal to "EOM" (not written).
+        public var eom = false
+        /// End after this many replies. A reply is one notification, or a doorbell together with
+        /// the reads it triggered.
+        public var count: Int?
+        /// End after this many seconds without a notification or read value, once armed.
+        public var silence: Double?
+        public init() {}
+    }
+
+    public let characteristic: RemoteCharacteristic
+    public let options: Options
+    public let out: OutputBuffer
+    public private(set) var replies = 0
+    public private(set) var bytesReceived = 0
+    /// Called once, when the receiver ends (count reached, EOM, silence, stdout closed, the device
+    /// disconnected, or an error).
+    public var onFinish: ((Result<Void, ToolError>) -> Void)?
+
+    private var loop: EventLoop { characteristic.peer.client.loop }
+    private var bus: DBusConnection { characteristic.peer.client.bus }
+    private var socket: OwnedFD?
+    private var socketWatch: WatchToken?
+    private var valueToken: SubscriptionToken?
+    private var deviceToken: SubscriptionToken?
+    private var pulling = false
+    private var ownReadOutstanding = false
+    private var held: [[UInt8]] = []
+    private var silenceTimer: TimerToken?
+    private var lastActivity = MonotonicClock.seconds()
+    private var finished = false
+    private let datagram = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+
+    static let doorbell: [UInt8] = Array("N0000000".utf8)
+    static let endOfMessage: [UInt8] = Array("EOM".utf8)
+
+    public init(characteristic: RemoteCharacteristic, options: Options, out: OutputBuffer) {
+        self.characteristic = characteristic
+        self.options = options
+        self.out = out
+    }
+
+    deinit {
+        close()
+        datagram.deallocate()
+    }
+
+    /// Subscribes. After this returns, every notification is delivered.
+    public func start() throws(ToolError) {
+        do {
+            deviceToken = try bus.subscribePropertiesChanged(sender: BlueZ.service, path: characteristic.peer.path,
+                                                             interface: BlueZ.deviceInterface) { [weak self] _, _, changed, _ in
+                if changed["Connected"]?.bool == false { self?.deviceDisconnected() }
+            }
+        } catch {
+            throw BlueZErrors.toolError("watching \(characteristic.peer.device.address)", error)
+        }
+        guard characteristic.has("notify") || characteristic.has("indicate") else {
+            throw ToolError(.unavailable, "characteristic \(characteristic.uuid) does not notify (flags: \(characteristic.flags.joined(separator: ", ")))")
+        }
+        do {
+            let acquired = try characteristic.acquireNotify()
+            socket = acquired.fd
+            socketWatch = loop.watch(fd: acquired.fd.rawValue, events: .readable) { [weak self] events in
+                self?.socketReady(events)
+            }
+        } catch let error where error.message.contains("Notify acquired") || error.message.contains("NotPermitted") {
+            throw ToolError(.unavailable, "notifications of \(characteristic.uuid) are already taken by another process"
+                            + " (another blrecv, or blsend --reply?)")
+        } catch {
+            // InProgress: another client uses StartNotify; NotSupported: indications only.
+            valueToken = try characteristic.startNotify { [weak self] value in
+                guard let self, !self.ownReadOutstanding else { return }
+                self.notification(value)
+                self.flush()
+            }
+        }
+    }
+
+    /// Starts counting silence from now (blsend arms it once its input is sent).
+    public func armSilenceTimer() {
+        guard let silence = options.silence, silenceTimer == nil, !finished else { return }
+        lastActivity = MonotonicClock.seconds()
+        scheduleSilenceCheck(after: silence)
+    }
+
+    private func scheduleSilenceCheck(after seconds: Double) {
+        silenceTimer = loop.schedule(after: seconds) { [weak self] in
+            guard let self, let silence = self.options.silence else { return }
+            self.silenceTimer = nil
+            let quiet = MonotonicClock.seconds() - self.lastActivity
+            if quiet >= silence - 0.001 {
+                if self.bytesReceived > 0 {
+                    self.finish(.success(()))
+                } else {
+                    self.finish(.failure(ToolError(.tempFail, "no notification within \(formatSeconds(silence)) s")))
+                }
+            } else {
+                self.scheduleSilenceCheck(after: silence - quiet)
+            }
+        }
+    }
+
+    /// Unsubscribes and releases the socket. Safe to call twice.
+    public func close() {
+        if let socketWatch { loop.remove(socketWatch) }
+        socketWatch = nil
+        socket?.close()
+        socket = nil
+        if let valueToken { characteristic.stopNotify(valueToken) }
+        valueToken = nil
+        if let deviceToken { bus.unsubscribe(deviceToken) }
+        deviceToken = nil
+        if let silenceTimer { loop.cancel(silenceTimer) }
+        silenceTimer = nil
+    }
+
+    // MARK: - Events
+
+    private func socketReady(_ events: IOEvents) {
+        guard let fd = socket?.rawValue else { return }
+        // Drain every datagram that is there, then write them out together.
+        while !finished {
+            let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
+            if n > 0 {
+                notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
+                continue
+            }
+            if n == 0 {
+                if events.contains(.hangup) || events.contains(.error) {
+                    deviceDisconnected()
+                    return
+                }
+                notification([])
+                continue
+            }
+            if errno == EINTR { continue }
+            if errno != EAGAIN && errno != EWOULDBLOCK { deviceDisconnected() }
+            break
+        }
+        flush()
+    }
+
+    private func notification(_ value: [UInt8]) {
+        guard !finished else { return }
+        lastActivity = MonotonicClock.seconds()
+        if pulling {
+            held.append(value)
+            return
+        }
+        if options.eom && value == NotificationReceiver.endOfMessage {
+            finish(.success(()))
+            return
+        }
+        write(value)
+        if options.pull && value == NotificationReceiver.doorbell {
+            pull()
+        } else {
+            countReply()
+        }
+    }
+
+    private func pull() {
+        pulling = true
+        ownReadOutstanding = true
+        characteristic.read(timeout: 30) { [weak self] result in
+            guard let self, !self.finished else { return }
+            self.ownReadOutstanding = false
+            self.lastActivity = MonotonicClock.seconds()
+            switch result {
+            case .success(let value) where value.isEmpty:
+                self.pulling = false
+                self.countReply()
+                // Now the notifications that came meanwhile, in order.
+                let held = self.held
+                self.held = []
+                for value in held { self.notification(value) }
+            case .success(let value):
+                self.write(value)
+                self.pull()
+            case .failure(let error):
+                self.finish(.failure(error))
+            }
+            self.flush()
+        }
+    }
+
+    private func countReply() {
+        replies += 1
+        if let count = options.count, replies >= count { finish(.success(())) }
+    }
+
+    private func write(_ value: [UInt8]) {
+        guard !finished else { return }
+        bytesReceived += value.count
+        do {
+            try out.write(value)
+        } catch {
+            stdoutFailed(error)
+        }
+    }
+
+    private func flush() {
+        guard !finished else { return }
+        do {
+            try out.flush()
+        } catch {
+            stdoutFailed(error)
+        }
+    }
+
+    private func stdoutFailed(_ error: Errno) {
+        // A reader that went away (| head) ends us cleanly.
+        finish(error == .pipe ? .success(()) : .failure(ToolError(.ioError, "stdout: \(error)")))
+    }
+
+    private func deviceDisconnected() {
+        guard !finished else { return }
+        let address = characteristic.peer.device.address
+        if bytesReceived > 0 {
+            finish(.success(()))
+        } else {
+            finish(.failure(ToolError(.unavailable, "\(address) disconnected")))
+        }
+    }
+
+    /// Ends the receiver and reports `result` (only the first call counts).
+    public func finish(_ result: Result<Void, ToolError>) {
+        guard !finished else { return }
+        if case .success = result { try? out.flush() }
+        finished = true
+        close()
+        onFinish?(result)
+    }
+
+    public var isFinished: Bool { finished }
+}

@@ -1,0 +1,136 @@
+import BLCommand
+import BLDBus
+
+/// A characteristic of a connected device (`org.bluez.GattCharacteristic1` under the device).
+public final class RemoteCharacteristic {
+    public let peer: Peer
+    public let path: String
+    public let uuid: String
+    /// "read", "write", "write-without-response", "notify", "indicate"…
+    public let flags: [String]
+
+    init(peer: Peer, path: String, properties: [String: DBusValue]) {
+        self.peer = peer
+        self.path = path
+        uuid = properties["UUID"]?.string?.lowercased() ?? ""
+        flags = properties["Flags"]?.stringArray ?? []
+    }
+
+    var client: BlueZClient { peer.client }
+
+    public func has(_ flag: String) -> Bool { flags.contains(flag) }
+
+    /// The ATT MTU of the link, read from the property (its change signal is not always sent,
+    /// bluez-notes §9.2). 23 before the exchange or when bluetoothd is older than 5.62.
+    public var mtu: Int {
+        (try? client.property(path, BlueZ.gattCharacteristicInterface, "MTU", what: "").uint16).map(Int.init) ?? 23
+    }
+
+    /// The largest value one write may carry: MTU-3 for the ATT header, and at most 510 because
+    /// a BlueZ 5.66 peripheral refuses longer writes (bluez-notes §9.1; fixed upstream in 5.69).
+    public static func writeLimit(mtu: Int) -> Int { max(20, min(mtu - 3, 510)) }
+
+    // MARK: Read
+
+    /// Reads the value (bluetoothd continues with Read Blob requests up to 512 bytes).
+    /// The corresponding BlueZ method is `ReadValue`.
+    public func read(offset: Int = 0, timeout: Double = 30, completion: @escaping (Result<[UInt8], ToolError>) -> Void) {
+        var options: [(String, DBusValue)] = []
+        if offset > 0 { options.append(("offset", .uint16(UInt16(clamping: offset)))) }
+        client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
+                        member: "ReadValue", args: [.stringDict(ordered: options)], timeout: timeout) { result in
+            switch result {
+            case .success(let values):
+                completion(.success(values.first?.bytes ?? []))
+            case .failure(let error):
+                completion(.failure(BlueZErrors.toolError("reading \(self.uuid)", error)))
+            }
+        }
+    }
+
+    public func read(offset: Int = 0, timeout: Double = 30) throws(ToolError) -> [UInt8] {
+        let reply = try client.call(path, BlueZ.gattCharacteristicInterface, "ReadValue",
+                                    [offset > 0 ? .stringDict(ordered: [("offset", .uint16(UInt16(clamping: offset)))]) : .stringDict(ordered: [])],
+                                    timeout: timeout, what: "reading \(uuid)")
+        return reply.first?.bytes ?? []
+    }
+
+    // MARK: Write
+
+    public enum WriteType: String, Sendable {
+        case request, command
+    }
+
+    /// Writes one value. bluetoothd refuses a second write on the same characteristic while one
+    /// is pending (InProgress), so callers keep at most one in flight.
+    /// The corresponding BlueZ method is `WriteValue`.
+    public func write(_ bytes: [UInt8], type: WriteType, timeout: Double = 30,
+                      completion: @escaping (Result<Void, ToolError>) -> Void) {
+        client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
+                        member: "WriteValue", args: [.bytes(bytes), .stringDict(ordered: [("type", .string(type.rawValue))])],
+                        timeout: timeout) { result in
+            switch result {
+            case .success: completion(.success(()))
+            case .failure(let error): completion(.failure(BlueZErrors.toolError("writing to \(self.uuid)", error)))
+            }
+        }
+    }
+
+    // MARK: Acquired sockets
+
+    /// A SOCK_SEQPACKET socket from AcquireWrite or AcquireNotify: one datagram per ATT value.
+    public struct AcquiredSocket {
+        public let fd: OwnedFD
+        /// The ATT MTU bluetoothd reported (not the payload size).
+        public let mtu: Int
+    }
+
+    /// Each datagram written becomes one Write Command. Needs `write-without-response`.
+    /// The corresponding BlueZ method is `AcquireWrite`.
+    public func acquireWrite() throws(ToolError) -> AcquiredSocket {
+        try acquire("AcquireWrite")
+    }
+
+    /// Each notification arrives as one datagram; `Value` signals stop meanwhile.
+    /// The corresponding BlueZ method is `AcquireNotify`.
+    public func acquireNotify(timeout: Double = 10) throws(ToolError) -> AcquiredSocket {
+        try acquire("AcquireNotify", timeout: timeout)
+    }
+
+    private func acquire(_ member: String, timeout: Double = 10) throws(ToolError) -> AcquiredSocket {
+        let reply = try client.call(path, BlueZ.gattCharacteristicInterface, member, [.stringDict(ordered: [])],
+                                    timeout: timeout, what: "\(member) on \(uuid)")
+        guard reply.count == 2, let fd = reply[0].fd, let mtu = reply[1].uint16 else {
+            throw ToolError(.software, "\(member) returned \(reply.map(\.signature).joined())")
+        }
+        return AcquiredSocket(fd: fd, mtu: Int(mtu))
+    }
+
+    /// Subscribes through `StartNotify`; values then arrive as PropertiesChanged(Value), which a
+    /// ReadValue also raises (bluez-notes fact 4).
+    public func startNotify(onValue: @escaping ([UInt8]) -> Void) throws(ToolError) -> SubscriptionToken {
+        let token: SubscriptionToken
+        do {
+            token = try client.bus.subscribePropertiesChanged(sender: BlueZ.service, path: path,
+                                                              interface: BlueZ.gattCharacteristicInterface) { _, _, changed, _ in
+                if let value = changed["Value"]?.bytes { onValue(value) }
+            }
+        } catch {
+            throw BlueZErrors.toolError("subscribing to \(uuid)", error)
+        }
+        do {
+            _ = try client.call(path, BlueZ.gattCharacteristicInterface, "StartNotify", timeout: 10,
+                                what: "StartNotify on \(uuid)")
+        } catch {
+            client.bus.unsubscribe(token)
+            throw error
+        }
+        return token
+    }
+
+    public func stopNotify(_ token: SubscriptionToken) {
+        client.bus.unsubscribe(token)
+        client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
+                        member: "StopNotify", timeout: 5) { _ in }
+    }
+}

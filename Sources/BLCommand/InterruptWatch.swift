@@ -1,0 +1,43 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// SIGINT, SIGTERM and SIGHUP delivered through the event loop, so a tool can end cleanly
+/// (unsubscribe, disconnect what it connected) instead of dying mid-operation. Until
+/// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up.
+/// A second signal ends the process at once with 128 + the signal number.
+public final class InterruptWatch {
+    public var onInterrupt: (() -> Void)?
+    public private(set) var received: Int32?
+    private var tokens: [SignalToken] = []
+
+    public init(loop: EventLoop, signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]) {
+        for signo in signals {
+            if let token = try? loop.onSignal(signo, { [weak self, weak loop] info in
+                guard let self else { return }
+                if self.received != nil { exit(128 + info.signal) }
+                self.received = info.signal
+                if let handler = self.onInterrupt {
+                    handler()
+                } else {
+                    loop?.stop()
+                }
+            }) {
+                tokens.append(token)
+            }
+        }
+    }
+
+    /// Runs `body`; if a signal arrived meanwhile, whatever it threw becomes a quiet exit 130
+    /// (the signal stopped a wait, so the error is only its consequence).
+    public func guarding<T>(_ body: () throws -> T) throws -> T {
+        do {
+            return try body()
+        } catch {
+            if received != nil { throw ToolError.quiet(.interrupted) }
+            throw error
+        }
+    }
+}

@@ -1,0 +1,48 @@
+import BLBlueZ
+import BLCommand
+
+/// blrecv's job: connect, then either read once or stream notifications until an end condition.
+struct Receive {
+    let target: CentralTarget
+    let options: NotificationReceiver.Options
+    let readOnce: Bool
+
+    func run() throws {
+        let loop = EventLoop()
+        let client = try BlueZClient(loop: loop)
+        let interrupted = InterruptWatch(loop: loop)
+        try interrupted.guarding { try receive(client, interrupted) }
+    }
+
+    private func receive(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {
+        let loop = client.loop
+        let peer = try target.connect(client)
+        defer {
+            loop.clearStop()
+            peer.disconnect()
+        }
+        let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
+        let out = OutputBuffer(fd: 1)
+
+        if readOnce {
+            let value = try characteristic.read()
+            do {
+                try out.write(value)
+                try out.flush()
+            } catch {
+                if error != .pipe { throw ToolError(.ioError, "stdout: \(error)") }
+            }
+            return
+        }
+
+        let receiver = NotificationReceiver(characteristic: characteristic, options: options, out: out)
+        var outcome: Result<Void, ToolError>?
+        receiver.onFinish = { outcome = $0 }
+        try receiver.start()
+        receiver.armSilenceTimer()
+        interrupted.onInterrupt = { receiver.finish(.success(())) }
+        _ = loop.run(until: { outcome != nil }, timeout: nil)
+        receiver.close()
+        try outcome?.get()
+    }
+}

@@ -1,0 +1,41 @@
+import BLBlueZ
+import BLCommand
+
+let spec = CommandSpec(
+    name: "blrecv",
+    usage: ["[options] DEV"],
+    summary: """
+    Write the notifications of a GATT characteristic of DEV (an address or an advertised name) to
+    standard output as they arrive. A notification that is exactly N0000000 (the RaspBLE "reply is
+    ready" doorbell) is followed by reads of the characteristic until one returns an empty value,
+    and every value read is written in order.
+    """,
+    options: CentralTarget.options + [
+        OptionSpec("no-pull", help: "do not read after an N0000000 notification"),
+        OptionSpec("read", short: "r", help: "read the value once (whole, through offsets), write it and exit"),
+        OptionSpec("eom", help: "exit 0 at a notification equal to EOM (not written)"),
+        OptionSpec("count", short: "n", value: "N", help: "exit after N replies (a doorbell and its reads count as one)"),
+        OptionSpec("timeout", short: "t", value: "S", help: "exit after S seconds without a notification (75 if none came)"),
+    ],
+    operands: 1...1,
+    epilog: """
+    examples:
+      blrecv my-pi | blframe -d --images ./out
+      blrecv --nus --eom AA:BB:CC:DD:EE:FF > received.txt
+      blrecv --service bf9cb85f-620c-4a67-bdd2-1a64213f74ca --char 5f83e23f-bcb1-42b3-b6f2-ea82be46a93d --read my-ble
+
+    exit status: 0 success (also when the device disconnects after data, or stdout is closed),
+    64 usage, 69 device or characteristic unavailable, 74 I/O error, 75 timeout.
+    """
+)
+
+Tool.run(spec) { options in
+    Signals.ignoreSIGPIPE()
+    let target = try CentralTarget(options)
+    var receive = NotificationReceiver.Options()
+    receive.pull = !options.has("no-pull")
+    receive.eom = options.has("eom")
+    receive.count = try options.int("count", in: 1...Int.max)
+    receive.silence = try options.seconds("timeout", in: 0.001...86_400)
+    try Receive(target: target, options: receive, readOnce: options.has("read")).run()
+}

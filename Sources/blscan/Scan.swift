@@ -1,0 +1,112 @@
+import BLBlueZ
+import BLCommand
+
+/// blscan's job: one discovery session, one line per matching device the first time it is
+/// seen. A device first reported without a name is held back up to `nameWait` seconds so its
+/// name (which arrives in the scan response) can be printed with it.
+struct Scan {
+    var adapterName: String?
+    var service: String?
+    var name: String?
+    var rssiMin: Int?
+    var timeout: Double = 10
+    var json = false
+    var first = false
+    let nameWait = 1.0
+
+    func run() throws {
+        let loop = EventLoop()
+        let client = try BlueZClient(loop: loop)
+        let interrupted = InterruptWatch(loop: loop)
+        try interrupted.guarding { try scan(client, interrupted) }
+    }
+
+    private func scan(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {
+        let loop = client.loop
+        let adapter = try client.adapter(named: adapterName)
+        var filter = Discovery.Filter()
+        if let service { filter.uuids = [service] }
+        filter.rssi = rssiMin
+        let discovery = Discovery(client: client, adapter: adapter, filter: filter)
+        let out = OutputBuffer(fd: 1)
+        var printed: Set<String> = []
+        var waiting: [String: TimerToken] = [:]
+        var found = 0
+        var failure: ToolError?
+        var done = false
+
+        func emit(_ device: DeviceInfo) {
+            guard !done, !printed.contains(device.path) else { return }
+            printed.insert(device.path)
+            if let timer = waiting.removeValue(forKey: device.path) { loop.cancel(timer) }
+            found += 1
+            do {
+                try out.write(line(for: device) + "\n")
+                try out.flush()
+            } catch {
+                if error != .pipe { failure = ToolError(.ioError, "stdout: \(error)") }
+                done = true
+            }
+            if first { done = true }
+        }
+
+        discovery.onSighting = { device in
+            guard !done, !printed.contains(device.path), self.matches(device) else { return }
+            if device.name != nil || self.name != nil {
+                emit(device)
+            } else if waiting[device.path] == nil {
+                let path = device.path
+                waiting[path] = loop.schedule(after: nameWait) {
+                    waiting[path] = nil
+                    if let latest = discovery.devices[path], self.matches(latest) { emit(latest) }
+                }
+            }
+        }
+        try discovery.start()
+        defer {
+            loop.clearStop()
+            discovery.stop()
+            client.bus.flush()
+        }
+        interrupted.onInterrupt = { done = true }
+        let finished = loop.run(until: { done }, timeout: timeout)
+        if !finished {
+            // Time is up: print devices still waiting for a name.
+            for path in waiting.keys.sorted() {
+                if let device = discovery.devices[path], matches(device) { emit(device) }
+            }
+        }
+        if let failure { throw failure }
+        if interrupted.received != nil { throw ToolError.quiet(.interrupted) }
+        if first && found == 0 {
+            throw ToolError(.unavailable, "no matching device found within \(formatSeconds(timeout)) s")
+        }
+    }
+
+    /// The filters bluetoothd cannot be trusted with (it merges every client's filter).
+    func matches(_ device: DeviceInfo) -> Bool {
+        if let service, !device.uuids.contains(where: { $0.lowercased() == service }) { return false }
+        if let name, device.name != name && device.alias != name { return false }
+        if let rssiMin {
+            guard let rssi = device.rssi, rssi >= rssiMin else { return false }
+        }
+        return true
+    }
+
+    func line(for device: DeviceInfo) -> String {
+        if json {
+            var object = JSONObject()
+            object.add("address", device.address)
+            object.add("address_type", device.addressType)
+            if let rssi = device.rssi { object.add("rssi", rssi) } else { object.add("rssi", raw: "null") }
+            if let name = device.name { object.add("name", name) } else { object.add("name", raw: "null") }
+            object.add("uuids", device.uuids)
+            return object.json
+        }
+        let rssi = device.rssi.map(String.init) ?? "-"
+        // Tabs separate the fields, so a name never splits a line or a field.
+        let name = (device.name ?? "-").map { $0 == "\t" || $0 == "\n" || $0 == "\r" ? " " : $0 }
+        let uuids = device.uuids.isEmpty ? "-" : device.uuids.joined(separator: ",")
+        return "\(device.address)\t\(device.addressType)\t\(rssi)\t\(String(name))\t\(uuids)"
+    }
+}

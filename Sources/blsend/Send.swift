@@ -1,0 +1,343 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLBlueZ
+import BLCommand
+import BLDBus
+
+/// blsend's job: connect, then stream standard input into the characteristic.
+///
+/// Standard input is read only when there is room in a fixed buffer, so a slow link slows the
+/// reader (backpressure) instead of growing memory. Whatever has arrived is sent at once, in
+/// pieces of at most the write limit, so interactive input goes out line by line.
+/// - Write requests go through WriteValue, one at a time (bluetoothd refuses a second one on the
+///   same characteristic while one is pending), each acknowledged by the peer.
+/// - Write commands go through AcquireWrite's socket when the characteristic allows it (one
+///   datagram per Write Command, flow-controlled by the socket), else through WriteValue.
+struct Send {
+    struct Options {
+        var writeType: RemoteCharacteristic.WriteType?
+        var eom = false
+        var progress = false
+        var reply: NotificationReceiver.Options?
+    }
+
+    let target: CentralTarget
+    let options: Options
+
+    func run() throws {
+        let loop = EventLoop()
+        let client = try BlueZClient(loop: loop)
+        let interrupted = InterruptWatch(loop: loop)
+        try interrupted.guarding { try send(client, interrupted) }
+    }
+
+    private func send(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {
+        let loop = client.loop
+        let peer = try target.connect(client)
+        defer {
+            loop.clearStop()
+            peer.disconnect()
+        }
+        let characteristic = try peer.characteristic(service: target.service, uuid: target.writeCharacteristic)
+        let type = try writeType(for: characteristic)
+
+        var receiver: NotificationReceiver?
+        var replyOutcome: Result<Void, ToolError>?
+        if let replyOptions = options.reply {
+            let notifying = target.notifyCharacteristic == target.writeCharacteristic
+                ? characteristic : try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
+            let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: OutputBuffer(fd: 1))
+            r.onFinish = { replyOutcome = $0 }
+            try r.start()
+            receiver = r
+        }
+
+        let writer = try Writer(characteristic: characteristic, type: type, eom: options.eom, progress: options.progress)
+        var sendOutcome: Result<Void, ToolError>?
+        writer.onFinish = { result in
+            sendOutcome = result
+            receiver?.armSilenceTimer()
+        }
+        interrupted.onInterrupt = {
+            writer.finish(.failure(ToolError.quiet(.interrupted)))
+            receiver?.finish(.failure(ToolError.quiet(.interrupted)))
+        }
+        writer.start()
+        _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
+        if case .failure(let error) = sendOutcome! {
+            receiver?.close()
+            throw error
+        }
+        if let receiver {
+            _ = loop.run(until: { replyOutcome != nil }, timeout: nil)
+            receiver.close()
+            try replyOutcome!.get()
+        }
+    }
+
+    /// Request when the characteristic allows it and nothing else was asked for.
+    private func writeType(for characteristic: RemoteCharacteristic) throws -> RemoteCharacteristic.WriteType {
+        let canRequest = characteristic.has("write")
+        let canCommand = characteristic.has("write-without-response")
+        switch options.writeType {
+        case .request?:
+            guard canRequest else {
+                throw ToolError(.unavailable, "\(characteristic.uuid) does not accept write requests (flags: \(characteristic.flags.joined(separator: ", ")))")
+            }
+            return .request
+        case .command?:
+            // bluetoothd sends a Write Command even when the flag is missing; the peer decides.
+            return .command
+        case nil:
+            if canRequest { return .request }
+            if canCommand { return .command }
+            throw ToolError(.unavailable, "\(characteristic.uuid) is not writable (flags: \(characteristic.flags.joined(separator: ", ")))")
+        }
+    }
+}
+
+/// Moves standard input into the characteristic; see `Send`.
+final class Writer {
+    let characteristic: RemoteCharacteristic
+    let type: RemoteCharacteristic.WriteType
+    let eom: Bool
+    var onFinish: ((Result<Void, ToolError>) -> Void)?
+
+    private let loop: EventLoop
+    private let limit: Int
+    private var socket: OwnedFD?
+    private var socketWatch: WatchToken?
+    private var stdinWatch: WatchToken?
+    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: FileIO.bufferAlignment)
+    private var head = 0, end = 0
+    private var inputEnded = false
+    private var eomSent = false
+    private var inFlight = 0
+    private var confirmed = 0
+    private var finished = false
+    private let progress: Progress?
+    private let started = MonotonicClock.seconds()
+
+    init(characteristic: RemoteCharacteristic, type: RemoteCharacteristic.WriteType, eom: Bool, progress: Bool) throws(ToolError) {
+        self.characteristic = characteristic
+        self.type = type
+        self.eom = eom
+        loop = characteristic.peer.client.loop
+        var mtu = characteristic.mtu
+        if type == .command && characteristic.has("write-without-response") {
+            let acquired = try characteristic.acquireWrite()
+            socket = acquired.fd
+            mtu = acquired.mtu
+        }
+        limit = RemoteCharacteristic.writeLimit(mtu: mtu)
+        self.progress = progress ? Progress(loop: loop) : nil
+        Tool.note("writing \(type == .request ? "requests" : "commands") through \(socket == nil ? "WriteValue" : "AcquireWrite's socket"), MTU \(mtu), pieces of up to \(limit) bytes")
+    }
+
+    deinit {
+        buffer.deallocate()
+    }
+
+    func start() {
+        stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
+        if let socket {
+            socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
+        }
+    }
+
+    // MARK: Input
+
+    private var pending: Int { end - head }
+
+    private func readInput() {
+        if head > 0 && head == end {
+            head = 0
+            end = 0
+        }
+        if end == buffer.count && head > 0 {
+            let count = pending
+            buffer.baseAddress!.copyMemory(from: buffer.baseAddress! + head, byteCount: count)
+            head = 0
+            end = count
+        }
+        let n: Int
+        do {
+            n = try FileIO.read(0, into: UnsafeMutableRawBufferPointer(rebasing: buffer[end...]))
+        } catch {
+            finish(.failure(ToolError(.ioError, "stdin: \(error) (\(confirmed) bytes confirmed)")))
+            return
+        }
+        if n == 0 {
+            inputEnded = true
+        } else {
+            end += n
+        }
+        updateInputWatch()
+        pump()
+    }
+
+    /// Reads standard input only while there is room in the buffer.
+    private func updateInputWatch() {
+        guard let stdinWatch else { return }
+        let room = end < buffer.count || head > 0
+        if inputEnded {
+            loop.remove(stdinWatch)
+            self.stdinWatch = nil
+        } else {
+            loop.setEvents(stdinWatch, room ? .readable : [])
+        }
+    }
+
+    // MARK: Output
+
+    private func pump() {
+        guard !finished else { return }
+        if socket != nil {
+            if let socketWatch { loop.setEvents(socketWatch, pending > 0 || (inputEnded && eom && !eomSent) ? .writable : []) }
+        } else {
+            sendNextValue()
+        }
+        if inputEnded && pending == 0 && inFlight == 0 && (!eom || eomSent) {
+            drainThenFinish()
+        }
+    }
+
+    /// The next piece: up to `limit` bytes of input, or the EOM marker once input is done.
+    private func nextPiece() -> [UInt8]? {
+        if pending > 0 {
+            let n = min(limit, pending)
+            return Array(UnsafeRawBufferPointer(rebasing: buffer[head..<(head + n)]))
+        }
+        if inputEnded && eom && !eomSent { return Array("EOM".utf8) }
+        return nil
+    }
+
+    private func consume(_ piece: [UInt8]) {
+        if pending > 0 {
+            head += piece.count
+        } else {
+            eomSent = true
+        }
+        progress?.add(piece.count)
+        updateInputWatch()
+    }
+
+    /// WriteValue path: one write in flight at a time.
+    private func sendNextValue() {
+        guard inFlight == 0, let piece = nextPiece() else { return }
+        inFlight = 1
+        characteristic.write(piece, type: type) { [weak self] result in
+            guard let self, !self.finished else { return }
+            self.inFlight = 0
+            switch result {
+            case .success:
+                self.confirmed += piece.count
+                self.consume(piece)
+                self.pump()
+            case .failure(let error):
+                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes confirmed)")))
+            }
+        }
+    }
+
+    /// AcquireWrite path: one datagram per Write Command, as long as the socket takes them.
+    private func socketWritable(_ events: IOEvents) {
+        guard let fd = socket?.rawValue, !finished else { return }
+        while let piece = nextPiece() {
+            let n = piece.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { return }
+                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(Errno.current) (\(confirmed) bytes written)")))
+                return
+            }
+            confirmed += piece.count
+            consume(piece)
+        }
+        pump()
+    }
+
+    /// Every byte is written; for the socket, wait until bluetoothd has taken all of it, and if
+    /// we are about to end our own connection, let a read go through the same link first: it is
+    /// queued behind the commands, so its answer means they went out.
+    private func drainThenFinish() {
+        guard !finished else { return }
+        if let fd = socket?.rawValue {
+            if let socketWatch { loop.remove(socketWatch) }
+            socketWatch = nil
+            // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
+            let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
+            let drained = loop.run(until: { Writer.unreadBytes(fd) == 0 }, timeout: 30)
+            loop.cancel(tick)
+            guard drained else {
+                finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within 30 s")))
+                return
+            }
+            if characteristic.peer.madeConnection && characteristic.has("read") {
+                _ = try? characteristic.read(timeout: 10)
+            }
+        }
+        finish(.success(()))
+    }
+
+    /// Bytes written to a local socket that the other end has not read yet (SIOCOUTQ).
+    static func unreadBytes(_ fd: Int32) -> Int {
+        var queued: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+    }
+
+    func finish(_ result: Result<Void, ToolError>) {
+        guard !finished else { return }
+        finished = true
+        let elapsed = max(0.001, MonotonicClock.seconds() - started)
+        Tool.note("\(confirmed) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(confirmed) / elapsed))/s)")
+        if let stdinWatch { loop.remove(stdinWatch) }
+        if let socketWatch { loop.remove(socketWatch) }
+        stdinWatch = nil
+        socketWatch = nil
+        socket?.close()
+        progress?.end()
+        onFinish?(result)
+    }
+}
+
+/// "sent 12.3 KiB, 4.5 KiB/s" on stderr, redrawn twice a second.
+final class Progress {
+    private let loop: EventLoop
+    private var bytes = 0
+    private let started = MonotonicClock.seconds()
+    private var timer: TimerToken?
+
+    init(loop: EventLoop) {
+        self.loop = loop
+        timer = loop.schedule(after: 0.5, repeating: 0.5) { [weak self] in self?.draw(final: false) }
+    }
+
+    func add(_ count: Int) { bytes += count }
+
+    func end() {
+        if let timer { loop.cancel(timer) }
+        timer = nil
+        draw(final: true)
+    }
+
+    private func draw(final: Bool) {
+        let elapsed = max(0.001, MonotonicClock.seconds() - started)
+        let line = "\rsent \(Progress.size(Double(bytes))), \(Progress.size(Double(bytes) / elapsed))/s   " + (final ? "\n" : "")
+        try? FileIO.writeAll(2, line)
+    }
+
+    static func size(_ bytes: Double) -> String {
+        let units = ["B", "KiB", "MiB", "GiB"]
+        var value = bytes, unit = 0
+        while value >= 1024 && unit < units.count - 1 {
+            value /= 1024
+            unit += 1
+        }
+        let tenths = Int((value * 10).rounded())
+        return unit == 0 ? "\(Int(bytes)) B" : "\(tenths / 10).\(tenths % 10) \(units[unit])"
+    }
+}

@@ -1,0 +1,82 @@
+import XCTest
+import BLCommand
+import BLDBus
+@testable import BLBlueZ
+
+final class BlueZNamesTests: XCTestCase {
+    func testUUIDNormalisation() {
+        XCTAssertEqual(BluetoothUUID.normalize("180d"), "0000180d-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(BluetoothUUID.normalize("0x180D"), "0000180d-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(BluetoothUUID.normalize("0000FEED"), "0000feed-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(BluetoothUUID.normalize("54F06857-695E-47E4-AEA8-C78184AD6C75"), KnownUUIDs.raspBLEService)
+        for bad in ["", "18d", "180g", "54f06857695e47e4aea8c78184ad6c75", "54f06857-695e-47e4-aea8-c78184ad6c7g",
+                    "54f0685-7695e-47e4-aea8-c78184ad6c75", "0x"] {
+            XCTAssertNil(BluetoothUUID.normalize(bad), bad)
+        }
+    }
+
+    func testAddresses() {
+        XCTAssertEqual(BluetoothAddress.normalize("aa:bb:cc:dd:ee:0f"), "AA:BB:CC:DD:EE:0F")
+        XCTAssertNil(BluetoothAddress.normalize("aa:bb:cc:dd:ee"))
+        XCTAssertNil(BluetoothAddress.normalize("aa:bb:cc:dd:ee:fg"))
+        XCTAssertNil(BluetoothAddress.normalize("aabb:cc:dd:ee:ff"))
+        XCTAssertEqual(BluetoothAddress.devicePath(adapterPath: "/org/bluez/hci1", address: "aa:bb:cc:dd:ee:ff"),
+                       "/org/bluez/hci1/dev_AA_BB_CC_DD_EE_FF")
+    }
+
+    func testDeviceSelector() {
+        let device = DeviceInfo(path: "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF", properties: [
+            "Address": .string("AA:BB:CC:DD:EE:FF"), "Name": .string("my-raspbverry-pi"), "Alias": .string("pi"),
+        ])
+        XCTAssertTrue(DeviceSelector("aa:bb:cc:dd:ee:ff").matches(device))
+        XCTAssertTrue(DeviceSelector("my-raspbverry-pi").matches(device))
+        XCTAssertTrue(DeviceSelector("pi").matches(device))
+        XCTAssertFalse(DeviceSelector("my-raspberry-pi").matches(device))
+        XCTAssertFalse(DeviceSelector("AA:BB:CC:DD:EE:00").matches(device))
+    }
+
+    func testErrorMapping() {
+        func code(_ name: String, _ message: String = "") -> ExitCode {
+            BlueZErrors.exitCode(for: DBusError(name: name, message: message))
+        }
+        XCTAssertEqual(code("org.freedesktop.DBus.Error.NoReply"), .tempFail)
+        XCTAssertEqual(code("org.bluez.Error.InProgress"), .tempFail)
+        XCTAssertEqual(code("org.bluez.Error.NotPermitted", "Notify acquired"), .noPermission)
+        XCTAssertEqual(code("org.bluez.Error.InvalidArguments", "Invalid Length"), .dataError)
+        XCTAssertEqual(code("org.bluez.Error.NotReady"), .unavailable)
+        XCTAssertEqual(code("org.freedesktop.DBus.Error.UnknownObject"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.Failed", "Not connected"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.Failed", "le-connection-abort-by-local"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.Failed", "Operation already in progress"), .tempFail)
+        XCTAssertEqual(code("org.bluez.Error.Failed", "Operation failed with ATT error: 0x80"), .ioError)
+        let missing = BlueZErrors.toolError("listing", DBusError(name: DBusError.Name.serviceUnknown, message: "x"))
+        XCTAssertEqual(missing.code, .unavailable)
+        XCTAssertTrue(missing.message.contains("bluetoothd is not running"), missing.message)
+    }
+
+    func testTransientConnectErrors() {
+        XCTAssertTrue(BlueZClient.isTransientConnectError(DBusError(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")))
+        XCTAssertTrue(BlueZClient.isTransientConnectError(DBusError(name: "org.bluez.Error.InProgress")))
+        XCTAssertTrue(BlueZClient.isTransientConnectError(DBusError(name: "org.bluez.Error.Failed", message: "Operation already in progress")))
+        XCTAssertFalse(BlueZClient.isTransientConnectError(DBusError(name: "org.bluez.Error.NotReady")))
+        XCTAssertFalse(BlueZClient.isTransientConnectError(DBusError(name: "org.bluez.Error.Failed", message: "Input/output error")))
+    }
+
+    func testWriteLimitFollowsMTUAndTheBlueZCap() {
+        XCTAssertEqual(RemoteCharacteristic.writeLimit(mtu: 23), 20)
+        XCTAssertEqual(RemoteCharacteristic.writeLimit(mtu: 247), 244)
+        XCTAssertEqual(RemoteCharacteristic.writeLimit(mtu: 517), 510)
+    }
+
+    func testObjectTreeQueries() {
+        let objects = BlueZObjects([
+            "/org/bluez/hci1": [BlueZ.adapterInterface: ["Address": .string("00:AA:01:01:00:01"), "Powered": .bool(false)]],
+            "/org/bluez/hci0": [BlueZ.adapterInterface: ["Address": .string("00:AA:01:00:00:00"), "Powered": .bool(true)]],
+            "/org/bluez/hci0/dev_11_22_33_44_55_66": [BlueZ.deviceInterface: ["Address": .string("11:22:33:44:55:66")]],
+            "/org/bluez/hci1/dev_11_22_33_44_55_77": [BlueZ.deviceInterface: ["Address": .string("11:22:33:44:55:77")]],
+        ])
+        XCTAssertEqual(objects.adapters.map(\.name), ["hci0", "hci1"])
+        XCTAssertEqual(objects.adapters.map(\.powered), [true, false])
+        XCTAssertEqual(objects.devices(of: objects.adapters[0]).map(\.address), ["11:22:33:44:55:66"])
+    }
+}

@@ -1,0 +1,34 @@
+"""bleak_send.py ADAPTER ADDRESS SERVICE CHAR FILE request|command [CHUNK]
+
+A reference central written with bleak (PyPI), for the benchmarks: writes FILE to the
+characteristic in CHUNK-byte pieces (default 510), with or without response, one after the
+other as bleak's API allows, and prints "bytes seconds" for the transfer alone (connection and
+service discovery excluded). Run with the bleak venv's python (scripts/bench/setup-bleak)."""
+import asyncio
+import sys
+import time
+
+from bleak import BleakClient, BleakScanner
+
+
+async def main():
+    adapter, address, service, char, path, kind = sys.argv[1:7]
+    chunk = int(sys.argv[7]) if len(sys.argv) > 7 else 510
+    data = open(path, "rb").read()
+    device = await BleakScanner.find_device_by_address(address, timeout=20, bluez={"adapter": adapter})
+    if device is None:
+        sys.exit("bleak_send: %s not found" % address)
+    async with BleakClient(device, timeout=30, bluez={"adapter": adapter}) as client:
+        target = client.services.get_service(service).get_characteristic(char)
+        start = time.monotonic()
+        for i in range(0, len(data), chunk):
+            await client.write_gatt_char(target, data[i:i + chunk], response=(kind == "request"))
+        took = time.monotonic() - start
+        if kind == "command":
+            # Commands are only queued; a read behind them means they went out.
+            await client.read_gatt_char(target)
+            took = time.monotonic() - start
+    print(len(data), "%.3f" % took)
+
+
+asyncio.run(main())

@@ -1,0 +1,84 @@
+# Shell helpers for integration tests of the built tools on the bench (source it).
+# BL_BIN: where the tools are (default .build/debug, which `swift build` and `swift test` fill).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+BL_BIN=${BL_BIN:-$PWD/.build/debug}
+export PATH=$BL_BIN:$PATH
+LIB=$PWD/Tests/Integration/lib
+PY=/usr/bin/python3
+WORK=$(mktemp -d /tmp/bltest.XXXXXX)
+_pids=()
+
+cleanup() {
+    local pid
+    for pid in "${_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+log() { printf '[%s] %s\n' "$(date +%T.%3N)" "$*"; }
+fail() { log "FAILED: $*"; exit 1; }
+check() { # CONDITION-COMMAND... ; message in $MSG
+    "$@" || fail "${MSG:-check failed: $*}"
+}
+
+# start_peripheral MODE ADAPTER NAME [ARGS]: a seed_peripheral.py in the background, waiting
+# (at most 30 s) until it has registered. Its output goes to $WORK/peripheral-MODE.log.
+start_peripheral() {
+    local mode=$1 out=$WORK/peripheral-$1.log
+    $PY "$LIB/seed_peripheral.py" "$@" >"$out" 2>&1 &
+    _pids+=($!)
+    PERIPHERAL_PID=$!
+    for _ in $(seq 300); do
+        grep -q '^ready' "$out" && { log "peripheral $mode ready on $2"; return 0; }
+        kill -0 "$PERIPHERAL_PID" 2>/dev/null || { cat "$out"; fail "peripheral $mode exited"; }
+        sleep 0.1
+    done
+    cat "$out"
+    fail "peripheral $mode not ready within 30 s"
+}
+
+# background CMD...: run in the background, remembered for cleanup; its pid in $BG_PID.
+background() {
+    "$@" &
+    BG_PID=$!
+    _pids+=("$BG_PID")
+}
+
+# wait_subscribed ADAPTER ADDRESS CHAR_UUID: until a central on ADAPTER has subscribed to
+# the characteristic of ADDRESS (NotifyAcquired or Notifying), at most 30 s.
+wait_subscribed() {
+    $PY "$LIB/wait_subscribed.py" "$@" || fail "no subscription to $3 on $2 from $1"
+}
+
+# forget ADAPTER ADDRESS: make ADAPTER's bluetoothd forget a device (so it must be scanned).
+forget() {
+    $PY - "$@" <<'PYEOF' || true
+import sys, dbus
+bus = dbus.SystemBus()
+adapter = dbus.Interface(bus.get_object("org.bluez", "/org/bluez/" + sys.argv[1]), "org.bluez.Adapter1")
+try:
+    adapter.RemoveDevice("/org/bluez/%s/dev_%s" % (sys.argv[1], sys.argv[2].replace(":", "_")))
+except dbus.DBusException:
+    pass
+PYEOF
+}
+
+# power ADAPTER on|off
+power() {
+    $PY - "$1" "$2" <<'PYEOF'
+import sys, dbus
+bus = dbus.SystemBus()
+props = dbus.Interface(bus.get_object("org.bluez", "/org/bluez/" + sys.argv[1]), "org.freedesktop.DBus.Properties")
+props.Set("org.bluez.Adapter1", "Powered", dbus.Boolean(sys.argv[2] == "on"))
+PYEOF
+}
+
+# elapsed_since START_NS
+elapsed_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+
+RASPBLE_SERVICE=54f06857-695e-47e4-aea8-c78184ad6c75
+RASPBLE_CHAR=30a5f1bb-61dc-45f0-9c52-2218d080fa77
+SINK_SERVICE=fff0
+SINK_CHAR=fff1

@@ -1,0 +1,16 @@
+# bash completion for blrecv                                     -*- shell-script -*-
+_blrecv() {
+    local cur prev
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    case $prev in
+        -a|--adapter)
+            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
+            return ;;
+        --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout)
+            return ;;
+    esac
+    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --verbose --no-pull --read
+        --eom --count --timeout --help --version -a -v -r -n -t -h' -- "$cur"))
+}
+complete -F _blrecv blrecv

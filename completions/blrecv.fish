@@ -1,0 +1,16 @@
+# fish completion for blrecv
+complete -c blrecv -f
+complete -c blrecv -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Adapter to use'
+complete -c blrecv -l service -x -d 'Service UUID'
+complete -c blrecv -l char -x -d 'Characteristic UUID'
+complete -c blrecv -l nus -d 'Nordic UART Service'
+complete -c blrecv -l scan-timeout -x -d 'Seconds to scan for DEV'
+complete -c blrecv -l connect-timeout -x -d 'Seconds to connect'
+complete -c blrecv -s v -l verbose -d 'Say what is being done on stderr'
+complete -c blrecv -l no-pull -d 'Do not read after an N0000000 notification'
+complete -c blrecv -s r -l read -d 'Read the value once and exit'
+complete -c blrecv -l eom -d 'Exit at a notification equal to EOM'
+complete -c blrecv -s n -l count -x -d 'Exit after N replies'
+complete -c blrecv -s t -l timeout -x -d 'Exit after S seconds without a notification'
+complete -c blrecv -s h -l help -d 'Show help and exit'
+complete -c blrecv -l version -d 'Show the version and exit'

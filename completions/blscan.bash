@@ -1,0 +1,16 @@
+# bash completion for blscan                                     -*- shell-script -*-
+_blscan() {
+    local cur prev
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    case $prev in
+        -a|--adapter)
+            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
+            return ;;
+        -s|--service|--name|--rssi-min|-t|--timeout)
+            return ;;
+    esac
+    COMPREPLY=($(compgen -W '--adapter --service --name --rssi-min --timeout --json --first --help --version
+        -a -s -t -j -1 -h' -- "$cur"))
+}
+complete -F _blscan blscan

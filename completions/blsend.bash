@@ -1,0 +1,19 @@
+# bash completion for blsend                                     -*- shell-script -*-
+_blsend() {
+    local cur prev
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    case $prev in
+        -a|--adapter)
+            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
+            return ;;
+        -w|--write)
+            COMPREPLY=($(compgen -W 'request command' -- "$cur"))
+            return ;;
+        --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout)
+            return ;;
+    esac
+    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --verbose --write --eom
+        --reply --count --timeout --progress --help --version -a -v -w -r -n -t -p -h' -- "$cur"))
+}
+complete -F _blsend blsend

@@ -1,0 +1,17 @@
+# fish completion for blsend
+complete -c blsend -f
+complete -c blsend -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Adapter to use'
+complete -c blsend -l service -x -d 'Service UUID'
+complete -c blsend -l char -x -d 'Characteristic UUID'
+complete -c blsend -l nus -d 'Nordic UART Service'
+complete -c blsend -l scan-timeout -x -d 'Seconds to scan for DEV'
+complete -c blsend -l connect-timeout -x -d 'Seconds to connect'
+complete -c blsend -s v -l verbose -d 'Say what is being done on stderr'
+complete -c blsend -s w -l write -x -a 'request command' -d 'Write type'
+complete -c blsend -l eom -d 'Write EOM after standard input ends'
+complete -c blsend -s r -l reply -d 'Copy the replies to standard output'
+complete -c blsend -s n -l count -x -d 'Exit after N replies'
+complete -c blsend -s t -l timeout -x -d 'Exit after S seconds without a reply'
+complete -c blsend -s p -l progress -d 'Show progress on standard error'
+complete -c blsend -s h -l help -d 'Show help and exit'
+complete -c blsend -l version -d 'Show the version and exit'
