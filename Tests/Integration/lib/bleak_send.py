@@ -9,25 +9,35 @@ import sys
 import time
 
 from bleak import BleakClient, BleakScanner
+from bleak.exc import BleakError
 
 
 async def main():
     adapter, address, service, char, path, kind = sys.argv[1:7]
     chunk = int(sys.argv[7]) if len(sys.argv) > 7 else 510
     data = open(path, "rb").read()
-    device = await BleakScanner.find_device_by_address(address, timeout=20, bluez={"adapter": adapter})
-    if device is None:
-        sys.exit("bleak_send: %s not found" % address)
-    async with BleakClient(device, timeout=30, bluez={"adapter": adapter}) as client:
-        target = client.services.get_service(service).get_characteristic(char)
-        start = time.monotonic()
-        for i in range(0, len(data), chunk):
-            await client.write_gatt_char(target, data[i:i + chunk], response=(kind == "request"))
-        took = time.monotonic() - start
-        if kind == "command":
-            # Commands are only queued; a read behind them means they went out.
-            await client.read_gatt_char(target)
-            took = time.monotonic() - start
+    # Like blsend, retry the transient connection failures of BlueZ (the other client's
+    # disconnect just before, a cache revalidation dropping the link).
+    for attempt in range(4):
+        device = await BleakScanner.find_device_by_address(address, timeout=20, bluez={"adapter": adapter})
+        if device is None:
+            sys.exit("bleak_send: %s not found" % address)
+        try:
+            async with BleakClient(device, timeout=30, bluez={"adapter": adapter}) as client:
+                target = client.services.get_service(service).get_characteristic(char)
+                start = time.monotonic()
+                for i in range(0, len(data), chunk):
+                    await client.write_gatt_char(target, data[i:i + chunk], response=(kind == "request"))
+                if kind == "command":
+                    # Commands are only queued; a read behind them means they went out.
+                    await client.read_gatt_char(target)
+                took = time.monotonic() - start
+                break
+        except BleakError as exc:
+            if attempt == 3:
+                raise
+            print("bleak_send: retrying after", exc, file=sys.stderr)
+            await asyncio.sleep(1)
     print(len(data), "%.3f" % took)
 
 
