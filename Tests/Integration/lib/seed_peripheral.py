@@ -2,7 +2,7 @@
 """Peripherals that reproduce the seed articles' servers, for testing the central tools
 (blsend, blrecv, blscan) against code this project did not write in Swift.
 
-    seed_peripheral.py MODE ADAPTER NAME [--url-base URL]
+    seed_peripheral.py MODE ADAPTER NAME
 
 MODE:
   000   RaspBLE (seed 000): service 54f06857-…, one read/write/notify characteristic. Writes
@@ -73,7 +73,7 @@ def frame(code, body):
     return code.encode() + b"%07d" % len(body) + body
 
 
-def seed000_reply(code, body, url_base):
+def seed000_reply(code, body):
     if code == "T":
         return frame("T", "あなたは「{}」と言いました".format(body.decode("utf-8", "replace")).encode())
     if code == "U":
@@ -90,9 +90,28 @@ def seed000_reply(code, body, url_base):
     return None
 
 
+def send_on_subscribe(chrc, data, piece):
+    """Each time a central subscribes, notify `data` in `piece`-byte notifications as fast as
+    bluetoothd takes them, then EOM (the seed 002 pattern)."""
+    def send():
+        for i in range(0, len(data), piece):
+            chrc.notify(data[i:i + piece])
+        chrc.notify(b"EOM")
+        return False
+
+    def watch():
+        if chrc.notifying and not getattr(chrc, "sent", False):
+            chrc.sent = True
+            GLib.timeout_add(300, send)
+        if not chrc.notifying:
+            chrc.sent = False
+        return True
+
+    GLib.timeout_add(50, watch)
+
+
 def main():
     mode, adapter_name, name = sys.argv[1], sys.argv[2], sys.argv[3]
-    url_base = sys.argv[5] if len(sys.argv) > 5 and sys.argv[4] == "--url-base" else None
     bench = Bench()
     adapter = Adapter(bench, adapter_name)
     app = Application(bench)
@@ -107,7 +126,7 @@ def main():
             if offset:
                 log("write at offset", offset, "from", central)
             for code, body in parsers.setdefault(central, FrameReassembler()).feed(data):
-                reply = seed000_reply(code, body, url_base)
+                reply = seed000_reply(code, body)
                 if reply is not None:
                     queues.setdefault(central, []).append(reply)
                     chrc.notify(b"N0000000")
@@ -157,22 +176,7 @@ def main():
     elif mode == "002":
         service_uuid = SEED002_SERVICE
         chrc = app.add_service(SEED002_SERVICE).add_characteristic(SEED002_CHAR, ("read", "notify"))
-
-        def send_text():
-            for i in range(0, len(SEED002_TEXT), 20):
-                chrc.notify(SEED002_TEXT[i:i + 20])
-            chrc.notify(b"EOM")
-            return False
-
-        def watch():
-            if chrc.notifying and not getattr(chrc, "sent", False):
-                chrc.sent = True
-                GLib.timeout_add(300, send_text)
-            if not chrc.notifying:
-                chrc.sent = False
-            return True
-
-        GLib.timeout_add(50, watch)
+        send_on_subscribe(chrc, SEED002_TEXT, 20)
 
     elif mode == "sink":
         service_uuid = SINK_SERVICE
@@ -192,21 +196,7 @@ def main():
     elif mode == "flood":
         service_uuid = SINK_SERVICE
         chrc = app.add_service(SINK_SERVICE).add_characteristic(FLOOD_CHAR, ("notify",))
-        data = open(os.environ["BL_FLOOD"], "rb").read()
-
-        def send_all():
-            for i in range(0, len(data), 500):
-                chrc.notify(data[i:i + 500])
-            chrc.notify(b"EOM")
-            return False
-
-        def watch():
-            if chrc.notifying and not getattr(chrc, "sent", False):
-                chrc.sent = True
-                GLib.timeout_add(300, send_all)
-            return True
-
-        GLib.timeout_add(50, watch)
+        send_on_subscribe(chrc, open(os.environ["BL_FLOOD"], "rb").read(), 500)
     else:
         sys.exit("unknown mode " + mode)
 
