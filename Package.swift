@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "blscan", targets: ["blscan"]),
         .executable(name: "blsend", targets: ["blsend"]),
         .executable(name: "blrecv", targets: ["blrecv"]),
+        .executable(name: "blserve", targets: ["blserve"]),
     ],
     targets: [
         .target(name: "BLFrame"),
@@ -31,15 +32,17 @@ let package = Package(
         .executableTarget(name: "blscan", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
         .executableTarget(name: "blsend", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
         .executableTarget(name: "blrecv", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
+        .executableTarget(name: "blserve", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
         // Helpers shared by the test targets (seeded randomness, running the built tools).
-        .target(name: "BLTestSupport", path: "Tests/BLTestSupport"),
+        .target(name: "BLTestSupport", dependencies: ["BLCommand"], path: "Tests/BLTestSupport"),
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
-        .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "BLCommand"]),
+        .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "BLCommand", "BLTestSupport"]),
         .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
         .testTarget(name: "blscanTests", dependencies: ["blscan", "BLTestSupport"]),
         .testTarget(name: "blsendTests", dependencies: ["blsend", "BLTestSupport"]),
         .testTarget(name: "blrecvTests", dependencies: ["blrecv", "BLTestSupport"]),
+        .testTarget(name: "blserveTests", dependencies: ["blserve", "BLBlueZ", "BLDBus", "BLCommand", "BLFrame", "BLTestSupport"]),
     ]
 )

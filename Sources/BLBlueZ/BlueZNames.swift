@@ -80,7 +80,7 @@ public enum BlueZErrors {
             return .noPermission
         case "InvalidArguments", "InvalidArgs", "InvalidLength", "InvalidValueLength", "InvalidOffset":
             return .dataError
-        case "ServiceUnknown", "NameHasNoOwner", "UnknownObject", "DoesNotExist", "NotReady", "NotAvailable",
+        case "ServiceUnknown", "NameHasNoOwner", "ExecFailed", "ServiceNotFound", "ChildExited", "ChildSignaled", "UnknownObject", "DoesNotExist", "NotReady", "NotAvailable",
              "NotConnected", "NotSupported", "Disconnected", "NoSuchAdapter":
             return .unavailable
         default:
@@ -96,7 +96,9 @@ public enum BlueZErrors {
 
     /// A one-line tool error for a failed BlueZ operation: "what: the BlueZ error".
     public static func toolError(_ what: String, _ error: DBusError) -> ToolError {
-        if error.name == DBusError.Name.serviceUnknown || error.name == DBusError.Name.nameHasNoOwner {
+        // No bluetoothd on the bus; the bus may also have tried to start one (Spawn.*) and failed.
+        if error.name == DBusError.Name.serviceUnknown || error.name == DBusError.Name.nameHasNoOwner
+            || error.name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") {
             return ToolError(.unavailable, "\(what): bluetoothd is not running (no org.bluez on the system bus)")
         }
         return ToolError(exitCode(for: error), "\(what): \(error.oneLine)")

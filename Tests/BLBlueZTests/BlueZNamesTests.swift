@@ -52,6 +52,9 @@ final class BlueZNamesTests: XCTestCase {
         let missing = BlueZErrors.toolError("listing", DBusError(name: DBusError.Name.serviceUnknown, message: "x"))
         XCTAssertEqual(missing.code, .unavailable)
         XCTAssertTrue(missing.message.contains("bluetoothd is not running"), missing.message)
+        let spawnFailed = BlueZErrors.toolError("listing", DBusError(name: "org.freedesktop.DBus.Error.Spawn.ChildExited", message: "x"))
+        XCTAssertEqual(spawnFailed.code, .unavailable)
+        XCTAssertTrue(spawnFailed.message.contains("bluetoothd is not running"), spawnFailed.message)
     }
 
     func testTransientConnectErrors() {

@@ -1,0 +1,236 @@
+import BLCommand
+import BLDBus
+
+/// The options bluetoothd passes with every `ReadValue`/`WriteValue` call to a server
+/// characteristic (bluez-notes §3.4, §3.5): `device`, `mtu`, `link`, and `offset` only when it is
+/// not zero. There is never a `type`.
+public struct GattRequestOptions: Sendable, Equatable {
+    /// The central's object path, e.g. `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`.
+    public var device: String?
+    /// The ATT MTU of that central's link (23 if bluetoothd did not say).
+    public var mtu: Int
+    /// The byte offset of a Read Blob or of a prepared write (0 when absent).
+    public var offset: Int
+    /// "LE" or "BR/EDR".
+    public var link: String?
+    /// True on the empty WriteValue that only asks whether a prepared write may go ahead.
+    public var prepareAuthorize: Bool
+
+    public init(device: String? = nil, mtu: Int = 23, offset: Int = 0, link: String? = nil, prepareAuthorize: Bool = false) {
+        self.device = device
+        self.mtu = mtu
+        self.offset = offset
+        self.link = link
+        self.prepareAuthorize = prepareAuthorize
+    }
+
+    /// Parses the `a{sv}` argument.
+    public init(_ options: DBusValue?) {
+        let dict = options?.dictionary ?? [:]
+        device = dict["device"]?.objectPath ?? dict["device"]?.string
+        mtu = dict["mtu"]?.uint16.map(Int.init) ?? 23
+        offset = dict["offset"]?.uint16.map(Int.init) ?? 0
+        link = dict["link"]?.string
+        prepareAuthorize = dict["prepare-authorize"]?.bool ?? false
+    }
+
+    /// The central's address ("AA:BB:CC:DD:EE:FF") taken from ``device``, or nil.
+    public var address: String? { device.flatMap(BluetoothAddress.fromDevicePath) }
+}
+
+extension BluetoothAddress {
+    /// "AA:BB:CC:DD:EE:FF" from a device object path `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`,
+    /// or nil when the last element is not `dev_` and an address.
+    public static func fromDevicePath(_ path: String) -> String? {
+        guard let last = path.split(separator: "/").last, last.hasPrefix("dev_") else { return nil }
+        return normalize(String(last.dropFirst(4).map { $0 == "_" ? ":" : $0 }))
+    }
+
+    /// "hci0" from `/org/bluez/hci0/dev_…`, or nil.
+    public static func adapterName(ofDevicePath path: String) -> String? {
+        let parts = path.split(separator: "/")
+        guard parts.count >= 3, parts[0] == "org", parts[1] == "bluez" else { return nil }
+        return String(parts[2])
+    }
+}
+
+/// The D-Bus errors a GATT server method can answer with, and the ATT error each becomes
+/// (bluez-notes §3.6, `dbus_error_to_att_ecode()`).
+public enum GattError {
+    /// ATT 0x02 Read Not Permitted (for a read) or 0x03 Write Not Permitted (for a write).
+    public static func notPermitted(_ message: String = "Not permitted") -> DBusError {
+        DBusError(name: "org.bluez.Error.NotPermitted", message: message)
+    }
+    /// ATT 0x07 Invalid Offset.
+    public static func invalidOffset(_ message: String = "Invalid offset") -> DBusError {
+        DBusError(name: "org.bluez.Error.InvalidOffset", message: message)
+    }
+    /// ATT 0x0D Invalid Attribute Value Length.
+    public static func invalidValueLength(_ message: String = "Invalid value length") -> DBusError {
+        DBusError(name: "org.bluez.Error.InvalidValueLength", message: message)
+    }
+    /// ATT 0x06 Request Not Supported.
+    public static func notSupported(_ message: String = "Not supported") -> DBusError {
+        DBusError(name: "org.bluez.Error.NotSupported", message: message)
+    }
+    /// An application error code, 0x80–0x9F: bluetoothd sends exactly that ATT code when the
+    /// message of `org.bluez.Error.Failed` is the number.
+    public static func application(_ code: UInt8) -> DBusError {
+        precondition(code >= 0x80 && code <= 0x9F, "ATT application errors are 0x80-0x9F")
+        let digits: [Character] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"]
+        return DBusError(name: "org.bluez.Error.Failed",
+                         message: "0x" + String(digits[Int(code >> 4)]) + String(digits[Int(code & 0xF)]))
+    }
+}
+
+/// One characteristic of a ``GattApplication``: its UUID, flags, and the callbacks that answer
+/// bluetoothd's calls.
+///
+/// `onRead` and `onWrite` get the ``IncomingCall`` and must answer it (at once or later): a read
+/// with `call.reply(.bytes(value))`, a write with `call.reply([])`, a refusal with
+/// `call.fail(GattError…)`. A write flagged no-reply (characteristics with
+/// `write-without-response`: bluetoothd has already acknowledged it) needs no answer.
+///
+/// Not `Sendable`.
+public final class GattCharacteristic {
+    public let uuid: String
+    public let path: String
+    public let servicePath: String
+    /// The `Flags` property (bluez-notes §3.3).
+    public let flags: [String]
+    /// True between `StartNotify` and `StopNotify` (bluetoothd calls them for the first and the
+    /// last subscribed central only, and without saying which central).
+    public private(set) var notifying = false
+
+    public var onRead: ((GattRequestOptions, IncomingCall) -> Void)?
+    public var onWrite: ((_ value: [UInt8], GattRequestOptions, IncomingCall) -> Void)?
+    public var onNotifyingChanged: ((Bool) -> Void)?
+
+    weak var tree: ExportedObjectTree?
+
+    init(uuid: String, path: String, servicePath: String, flags: [String]) {
+        self.uuid = uuid
+        self.path = path
+        self.servicePath = servicePath
+        self.flags = flags
+    }
+
+    /// Sends `value` as a notification (or indication) to every subscribed central: a
+    /// `PropertiesChanged` of `Value` on this object, which bluetoothd turns into ATT
+    /// notifications, cut to MTU-3 (MTU-5 towards BlueZ centrals) and to 512 bytes. An empty
+    /// value gives an empty notification. BlueZ 5.66 cannot address one central this way
+    /// (bluez-notes §3.8).
+    ///
+    /// The corresponding BlueZ mechanism is `PropertiesChanged` on `GattCharacteristic1.Value`.
+    public func notify(_ value: [UInt8]) throws(DBusError) {
+        guard let tree else { throw DBusError(name: DBusError.Name.disconnected, message: "The application is not exported") }
+        try tree.emitPropertiesChanged(path: path, interface: BlueZ.gattCharacteristicInterface,
+                                       changed: ["Value": .bytes(value)])
+    }
+
+    func makeInterface(accept: @escaping (IncomingCall) -> Bool) -> ExportedInterface {
+        ExportedInterface(BlueZ.gattCharacteristicInterface)
+            .property("UUID") { [uuid] in .string(uuid) }
+            .property("Service") { [servicePath] in .objectPath(servicePath) }
+            .property("Flags") { [flags] in .stringArray(flags) }
+            .method("ReadValue", inSignature: "a{sv}", outSignature: "ay") { [weak self] call in
+                guard accept(call) else { return }
+                guard let self, let onRead = self.onRead else {
+                    call.fail(GattError.notSupported("Read not supported"))
+                    return
+                }
+                onRead(GattRequestOptions(call.arguments.first), call)
+            }
+            .method("WriteValue", inSignature: "aya{sv}", outSignature: "") { [weak self] call in
+                guard accept(call) else { return }
+                guard let self, let onWrite = self.onWrite else {
+                    call.fail(GattError.notSupported("Write not supported"))
+                    return
+                }
+                let args = call.arguments
+                onWrite(args[0].bytes ?? [], GattRequestOptions(args[1]), call)
+            }
+            .method("StartNotify", inSignature: "", outSignature: "") { [weak self] call in
+                guard accept(call) else { return }
+                call.reply([])
+                self?.setNotifying(true)
+            }
+            .method("StopNotify", inSignature: "", outSignature: "") { [weak self] call in
+                guard accept(call) else { return }
+                call.reply([])
+                self?.setNotifying(false)
+            }
+            .method("Confirm", inSignature: "", outSignature: "") { call in
+                call.reply([])
+            }
+    }
+
+    /// Records the subscription state; also used when bluetoothd goes away (its subscriptions go
+    /// with it).
+    func setNotifying(_ on: Bool) {
+        if notifying == on { return }
+        notifying = on
+        onNotifyingChanged?(on)
+    }
+}
+
+/// A GATT application for `GattManager1.RegisterApplication`: one primary service with its
+/// characteristics, exported as an ``ExportedObjectTree`` whose root carries the ObjectManager
+/// bluetoothd reads (bluez-notes §3.1, §3.2).
+///
+/// ```swift
+/// let app = GattApplication(serviceUUID: KnownUUIDs.raspBLEService,
+///                           characteristics: [(KnownUUIDs.raspBLECharacteristic, ["read", "write", "notify"])])
+/// app.characteristics[0].onWrite = { value, options, call in …; call.reply([]) }
+/// try bus.export(app.tree)
+/// ```
+/// Not `Sendable`.
+public final class GattApplication {
+    public let root: String
+    public let serviceUUID: String
+    public let servicePath: String
+    public let tree: ExportedObjectTree
+    public let characteristics: [GattCharacteristic]
+
+    /// Decides whether a call may be answered at all (e.g. only calls from bluetoothd's unique
+    /// name). A refused call gets NotPermitted. Default: every call is accepted.
+    public var acceptCall: (IncomingCall) -> Bool = { _ in true }
+
+    /// - Parameters:
+    ///   - root: the application's object path (the ObjectManager); services go below it.
+    ///   - characteristics: UUID and `Flags` of each characteristic, in order.
+    public init(root: String = "/org/blpipe/gatt", serviceUUID: String, characteristics: [(uuid: String, flags: [String])]) {
+        self.root = root
+        self.serviceUUID = serviceUUID
+        servicePath = root + "/service0"
+        tree = ExportedObjectTree(root: root)
+        var made: [GattCharacteristic] = []
+        for (i, c) in characteristics.enumerated() {
+            made.append(GattCharacteristic(uuid: c.uuid, path: servicePath + "/char\(i)", servicePath: servicePath, flags: c.flags))
+        }
+        self.characteristics = made
+
+        let service = ExportedObject(path: servicePath, interfaces: [
+            ExportedInterface(BlueZ.gattServiceInterface)
+                .property("UUID") { [serviceUUID] in .string(serviceUUID) }
+                .property("Primary") { .bool(true) }
+                .property("Includes") { .objectPathArray([]) },
+        ])
+        // Only fails for a path outside the tree, which cannot happen here.
+        try? tree.add(service, announce: false)
+        for c in made {
+            c.tree = tree
+            let interface = c.makeInterface { [weak self] call in
+                if self?.acceptCall(call) ?? false { return true }
+                call.fail(GattError.notPermitted("Not bluetoothd"))
+                return false
+            }
+            try? tree.add(ExportedObject(path: c.path, interfaces: [interface]), announce: false)
+        }
+    }
+
+    /// Tells every characteristic that no central is subscribed any more (bluetoothd went away).
+    public func resetSubscriptions() {
+        for c in characteristics { c.setNotifying(false) }
+    }
+}

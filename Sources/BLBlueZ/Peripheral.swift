@@ -1,0 +1,325 @@
+import BLCommand
+import BLDBus
+
+/// A GATT application and an advertisement kept registered with bluetoothd on one adapter.
+///
+/// ``start()`` exports both object trees and registers them without ever blocking the loop on
+/// bluetoothd: `RegisterApplication` and `RegisterAdvertisement` reply only after bluetoothd has
+/// called back into this process (bluez-notes fact 7), so they are sent as pending calls and the
+/// loop keeps answering those callbacks meanwhile.
+///
+/// Registrations live only as long as bluetoothd does (fact 8). The peripheral watches
+/// `NameOwnerChanged` for `org.bluez` and `InterfacesAdded`/`InterfacesRemoved` of its adapter,
+/// and registers again as soon as bluetoothd (or the adapter) is back, retrying every
+/// ``retryInterval`` seconds until it succeeds. It also follows `Device1.Connected` of the
+/// adapter's devices, so the server knows which centrals are connected.
+///
+/// Only calls from bluetoothd's current unique name reach the application's callbacks; any other
+/// caller on the bus gets NotPermitted.
+///
+/// Not `Sendable`.
+public final class Peripheral {
+    public enum State: Equatable, Sendable, CustomStringConvertible {
+        /// Not started, or stopped.
+        case stopped
+        /// Waiting for bluetoothd or the adapter (the reason), or retrying after a failure.
+        case waiting(String)
+        /// The registration calls are in flight.
+        case registering
+        /// The application and the advertisement are registered.
+        case registered
+
+        public var description: String {
+            switch self {
+            case .stopped: return "stopped"
+            case .waiting(let why): return "waiting: \(why)"
+            case .registering: return "registering"
+            case .registered: return "registered"
+            }
+        }
+    }
+
+    public let bus: DBusConnection
+    public let adapterName: String
+    public let application: GattApplication
+    public let advertisement: LEAdvertisement?
+    public var adapterPath: String { "/org/bluez/" + adapterName }
+
+    public private(set) var state: State = .stopped
+    /// Object paths of the adapter's devices whose `Connected` is true.
+    public private(set) var connectedDevices: Set<String> = []
+    /// bluetoothd's unique bus name while it runs.
+    public private(set) var bluezOwner: String?
+    /// How many times the registration has succeeded (1 after start, +1 per re-registration).
+    public private(set) var registrationCount = 0
+
+    public var onStateChange: ((State) -> Void)?
+    /// A registration call failed (the peripheral retries by itself).
+    public var onRegistrationError: ((DBusError) -> Void)?
+    /// A device of the adapter connected (true) or disconnected (false).
+    public var onConnectionChange: ((_ device: String, _ connected: Bool) -> Void)?
+
+    /// Seconds between registration attempts while waiting.
+    public static let retryInterval = 0.25
+
+    private var running = false
+    private var generation = 0
+    private var attemptInFlight = false
+    private var retryTimer: TimerToken?
+    private var poweringRequested = false
+    private var subscriptions: [SubscriptionToken] = []
+    private var loop: EventLoop { bus.loop }
+
+    public init(bus: DBusConnection, adapterName: String, application: GattApplication, advertisement: LEAdvertisement?) {
+        self.bus = bus
+        self.adapterName = adapterName
+        self.application = application
+        self.advertisement = advertisement
+        application.acceptCall = { [weak self] call in
+            guard let self, let owner = self.bluezOwner else { return false }
+            return call.sender == owner
+        }
+    }
+
+    // MARK: - Starting and stopping
+
+    /// Exports the objects, subscribes to bluetoothd's signals and starts registering (without
+    /// waiting for it: follow ``onStateChange``).
+    ///
+    /// - Throws: a D-Bus error if the objects cannot be exported or the match rules added.
+    public func start() throws(DBusError) {
+        precondition(!running, "Peripheral started twice")
+        try bus.export(application.tree)
+        if let advertisement { try bus.export(advertisement.tree) }
+        running = true
+        subscriptions.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, old, new in
+            self?.bluezOwnerChanged(old: old, new: new)
+        })
+        subscriptions.append(try bus.subscribeInterfacesAdded(sender: BlueZ.service) { [weak self] path, interfaces in
+            self?.interfacesAdded(path, interfaces)
+        })
+        subscriptions.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] path, interfaces in
+            self?.interfacesRemoved(path, interfaces)
+        })
+        subscriptions.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapterPath) {
+            [weak self] path, interface, changed, _ in
+            self?.propertiesChanged(path, interface, changed)
+        })
+        if let owner = try? bus.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                            interface: "org.freedesktop.DBus", member: "GetNameOwner",
+                                            args: [.string(BlueZ.service)], timeout: 5).first?.string {
+            bluezOwner = owner
+        }
+        setState(.waiting("looking for \(adapterName)"))
+        attempt()
+    }
+
+    /// Unregisters (waiting up to `timeout` seconds for each of the two calls; the loop keeps
+    /// running) and stops serving the objects. Safe to call more than once.
+    ///
+    /// The corresponding BlueZ methods are `UnregisterAdvertisement` and `UnregisterApplication`.
+    public func stop(timeout: Double = 2) {
+        guard running else { return }
+        running = false
+        generation += 1
+        if let retryTimer { loop.cancel(retryTimer) }
+        retryTimer = nil
+        for token in subscriptions { bus.unsubscribe(token) }
+        subscriptions.removeAll()
+        if state == .registered || state == .registering, bluezOwner != nil, bus.isConnected {
+            if let advertisement {
+                _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
+                                         interface: BlueZ.advertisingManagerInterface, member: "UnregisterAdvertisement",
+                                         args: [.objectPath(advertisement.path)], timeout: timeout)
+            }
+            _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
+                                     interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
+                                     args: [.objectPath(application.root)], timeout: timeout)
+        }
+        bus.unexport(application.tree)
+        if let advertisement { bus.unexport(advertisement.tree) }
+        setState(.stopped)
+    }
+
+    // MARK: - Registration
+
+    private func setState(_ new: State) {
+        if state == new { return }
+        state = new
+        onStateChange?(new)
+    }
+
+    private func scheduleRetry(after seconds: Double = Peripheral.retryInterval) {
+        guard running, retryTimer == nil else { return }
+        retryTimer = loop.schedule(after: seconds) { [weak self] in
+            guard let self else { return }
+            self.retryTimer = nil
+            self.attempt()
+        }
+    }
+
+    /// Starts one registration attempt unless one is running or all is registered.
+    private func attempt() {
+        guard running, !attemptInFlight, state != .registered else { return }
+        attemptInFlight = true
+        let gen = generation
+        bus.call(destination: BlueZ.service, path: "/", interface: DBusInterfaceName.objectManager,
+                 member: "GetManagedObjects", timeout: 5) { [weak self] result in
+            guard let self, gen == self.generation, self.running else { return }
+            switch result {
+            case .failure(let error):
+                self.attemptInFlight = false
+                if error.name == DBusError.Name.serviceUnknown || error.name == DBusError.Name.nameHasNoOwner {
+                    self.setState(.waiting("bluetoothd is not running"))
+                } else {
+                    self.setState(.waiting("listing bluetoothd's objects: \(error.oneLine)"))
+                }
+                self.scheduleRetry()
+            case .success(let args):
+                let objects = BlueZObjects(args.first?.managedObjects ?? [:])
+                self.takeSnapshot(objects)
+                guard let adapter = objects.properties(self.adapterPath, BlueZ.adapterInterface) else {
+                    self.attemptInFlight = false
+                    self.setState(.waiting("no adapter \(self.adapterName)"))
+                    self.scheduleRetry()
+                    return
+                }
+                guard adapter["Powered"]?.bool == true else {
+                    self.attemptInFlight = false
+                    self.setState(.waiting("\(self.adapterName) is powered off"))
+                    self.requestPower()
+                    self.scheduleRetry()
+                    return
+                }
+                self.register(gen)
+            }
+        }
+    }
+
+    private func requestPower() {
+        if poweringRequested { return }
+        poweringRequested = true
+        bus.call(destination: BlueZ.service, path: adapterPath, interface: DBusInterfaceName.properties, member: "Set",
+                 args: [.string(BlueZ.adapterInterface), .string("Powered"), .variant(.bool(true))], timeout: 5) { _ in }
+    }
+
+    private static func alreadyExists(_ error: DBusError) -> Bool {
+        error.name == "org.bluez.Error.AlreadyExists"
+    }
+
+    private func register(_ gen: Int) {
+        setState(.registering)
+        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.gattManagerInterface,
+                 member: "RegisterApplication", args: [.objectPath(application.root), .stringDict([:])],
+                 timeout: 15) { [weak self] result in
+            guard let self, gen == self.generation, self.running else { return }
+            if case .failure(let error) = result, !Self.alreadyExists(error) {
+                self.registrationFailed(DBusError(name: error.name, message: "RegisterApplication on \(self.adapterName): \(error.message)"))
+                return
+            }
+            guard let advertisement = self.advertisement else {
+                self.registered()
+                return
+            }
+            self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.advertisingManagerInterface,
+                          member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
+                          timeout: 15) { [weak self] result in
+                guard let self, gen == self.generation, self.running else { return }
+                if case .failure(let error) = result, !Self.alreadyExists(error) {
+                    self.registrationFailed(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
+                    return
+                }
+                self.registered()
+            }
+        }
+    }
+
+    private func registered() {
+        attemptInFlight = false
+        registrationCount += 1
+        setState(.registered)
+    }
+
+    private func registrationFailed(_ error: DBusError) {
+        attemptInFlight = false
+        setState(.waiting(error.oneLine))
+        onRegistrationError?(error)
+        scheduleRetry(after: 1)
+    }
+
+    /// Everything bluetoothd held for us is gone (it exited, or the adapter went away).
+    private func lost(_ why: String) {
+        generation += 1
+        attemptInFlight = false
+        poweringRequested = false
+        application.resetSubscriptions()
+        for device in connectedDevices.sorted() {
+            connectedDevices.remove(device)
+            onConnectionChange?(device, false)
+        }
+        setState(.waiting(why))
+    }
+
+    // MARK: - Signals
+
+    private func bluezOwnerChanged(old: String?, new: String?) {
+        guard running else { return }
+        if old != nil {
+            bluezOwner = nil
+            lost("bluetoothd is not running")
+        }
+        if let new {
+            bluezOwner = new
+            attempt()
+            scheduleRetry()
+        }
+    }
+
+    private func interfacesAdded(_ path: String, _ interfaces: [String: [String: DBusValue]]) {
+        guard running else { return }
+        if path == adapterPath, interfaces[BlueZ.adapterInterface] != nil {
+            attempt()
+            return
+        }
+        if let device = interfaces[BlueZ.deviceInterface], path.hasPrefix(adapterPath + "/") {
+            setConnected(path, device["Connected"]?.bool ?? false)
+        }
+    }
+
+    private func interfacesRemoved(_ path: String, _ interfaces: [String]) {
+        guard running else { return }
+        if path == adapterPath, interfaces.contains(BlueZ.adapterInterface) {
+            lost("\(adapterName) went away")
+            scheduleRetry()
+            return
+        }
+        if interfaces.contains(BlueZ.deviceInterface) { setConnected(path, false) }
+    }
+
+    private func propertiesChanged(_ path: String, _ interface: String, _ changed: [String: DBusValue]) {
+        guard running else { return }
+        if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool {
+            setConnected(path, connected)
+        } else if interface == BlueZ.adapterInterface, path == adapterPath, changed["Powered"]?.bool == true {
+            poweringRequested = false
+            if state != .registered { attempt() }
+        }
+    }
+
+    private func setConnected(_ device: String, _ connected: Bool) {
+        guard device.hasPrefix(adapterPath + "/dev_") else { return }
+        if connected == connectedDevices.contains(device) { return }
+        if connected { connectedDevices.insert(device) } else { connectedDevices.remove(device) }
+        onConnectionChange?(device, connected)
+    }
+
+    private func takeSnapshot(_ objects: BlueZObjects) {
+        var now: Set<String> = []
+        for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath)
+        where objects.properties(path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
+            now.insert(path)
+        }
+        for device in connectedDevices.subtracting(now).sorted() { setConnected(device, false) }
+        for device in now.subtracting(connectedDevices).sorted() { setConnected(device, true) }
+    }
+}

@@ -1,0 +1,361 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// How a child process ended.
+public enum ProcessStatus: Equatable, Sendable, CustomStringConvertible {
+    /// It called exit with this status.
+    case exited(Int32)
+    /// A signal ended it.
+    case signaled(Int32)
+
+    /// True for `exited(0)`.
+    public var succeeded: Bool { self == .exited(0) }
+
+    /// Decodes a `waitpid` status word (`WIFEXITED`/`WEXITSTATUS`, `WIFSIGNALED`/`WTERMSIG`; the
+    /// macros are not visible to Swift, so the bit layout of Linux's `<bits/waitstatus.h>` is used).
+    public init(waitStatus status: Int32) {
+        let signal = status & 0x7F
+        if signal == 0 {
+            self = .exited((status >> 8) & 0xFF)
+        } else {
+            self = .signaled(signal)
+        }
+    }
+
+    /// "exit status 3", "killed by signal 9 (SIGKILL)".
+    public var description: String {
+        switch self {
+        case .exited(let code): return "exit status \(code)"
+        case .signaled(let signal): return "killed by signal \(signal)" + (Self.signalName(signal).map { " (\($0))" } ?? "")
+        }
+    }
+
+    /// The conventional name of a common signal ("SIGTERM"), or nil.
+    public static func signalName(_ signal: Int32) -> String? {
+        switch signal {
+        case SIGHUP: return "SIGHUP"
+        case SIGINT: return "SIGINT"
+        case SIGQUIT: return "SIGQUIT"
+        case SIGILL: return "SIGILL"
+        case SIGTRAP: return "SIGTRAP"
+        case SIGABRT: return "SIGABRT"
+        case SIGBUS: return "SIGBUS"
+        case SIGFPE: return "SIGFPE"
+        case SIGKILL: return "SIGKILL"
+        case SIGUSR1: return "SIGUSR1"
+        case SIGSEGV: return "SIGSEGV"
+        case SIGUSR2: return "SIGUSR2"
+        case SIGPIPE: return "SIGPIPE"
+        case SIGALRM: return "SIGALRM"
+        case SIGTERM: return "SIGTERM"
+        case SIGXCPU: return "SIGXCPU"
+        case SIGXFSZ: return "SIGXFSZ"
+        default: return nil
+        }
+    }
+}
+
+/// The child processes started on one ``EventLoop``: spawns them and reaps them.
+///
+/// Reaping follows SIGCHLD through the loop's `signalfd` (``EventLoop/onSignal(_:_:)``): on each
+/// SIGCHLD every tracked child is checked with `waitpid(pid, WNOHANG)`, never `waitpid(-1)`, so
+/// children started elsewhere in the process are left alone. A SIGCHLD can be consumed by another
+/// thread that does not block it (a test runner's threads, for one); a backstop timer therefore
+/// checks the tracked children every ``backstopInterval`` seconds while any is running.
+///
+/// Create it before the first spawn; it blocks SIGCHLD in the calling thread for its lifetime.
+/// Not `Sendable`: use it on the loop's thread.
+public final class ChildProcesses {
+    public let loop: EventLoop
+    private var signalToken: SignalToken?
+    private var backstop: TimerToken?
+    private var children: [Subprocess] = []
+
+    /// How often tracked children are checked without a SIGCHLD (seconds).
+    public static let backstopInterval = 0.25
+
+    /// Also ignores SIGPIPE for the process (``Signals/ignoreSIGPIPE()``): writing to a child's
+    /// stdin after it exited must fail with EPIPE, not kill this process. Children get SIGPIPE
+    /// back at its default.
+    ///
+    /// - Throws: the `Errno` of `pthread_sigmask`/`signalfd` if SIGCHLD cannot be handled.
+    public init(loop: EventLoop) throws(Errno) {
+        self.loop = loop
+        Signals.ignoreSIGPIPE()
+        signalToken = try loop.onSignal(SIGCHLD) { [weak self] _ in self?.reap() }
+    }
+
+    deinit {
+        if let signalToken { loop.removeSignalHandler(signalToken) }
+        if let backstop { loop.cancel(backstop) }
+    }
+
+    /// Children started and not yet reaped.
+    public var running: [Subprocess] { children }
+
+    /// Starts `argv[0]` (looked up in `PATH` when it has no slash) with `argv` as its arguments,
+    /// directly: no shell is involved, so no argument is ever interpreted.
+    ///
+    /// The child gets its own process group (its pid), the signal mask and dispositions the
+    /// process had before any loop blocked signals (``Signals/prepareSpawnAttributes(_:)``), the
+    /// current environment with `environment` added (a key given there replaces the inherited
+    /// one), and the working directory of this process. Descriptors other than 0, 1 and 2 are
+    /// not passed on as long as they are close-on-exec (the project opens everything that way).
+    ///
+    /// - Parameters:
+    ///   - stdin, stdout, stderr: ``Subprocess/Stream/pipe`` gives this process a non-blocking,
+    ///     close-on-exec end (``Subprocess/stdinFD``…), ``Subprocess/Stream/null`` connects
+    ///     `/dev/null`, ``Subprocess/Stream/inherit`` passes this process's descriptor.
+    /// - Throws: the `Errno` of `pipe` or `posix_spawnp`; glibc reports a failed `exec` (ENOENT,
+    ///   EACCES…) from `posix_spawnp` itself.
+    ///
+    /// The corresponding C function is `posix_spawnp(3)` with `POSIX_SPAWN_SETPGROUP`.
+    public func spawn(
+        _ argv: [String], environment: [(String, String)] = [],
+        stdin: Subprocess.Stream = .pipe, stdout: Subprocess.Stream = .pipe, stderr: Subprocess.Stream = .inherit
+    ) throws(Errno) -> Subprocess {
+        precondition(!argv.isEmpty, "spawn needs a program")
+        var parentEnds: [Int32] = [-1, -1, -1]
+        var childEnds: [Int32] = []
+        func cleanup() {
+            for fd in parentEnds where fd >= 0 { FileIO.close(fd) }
+            for fd in childEnds { FileIO.close(fd) }
+        }
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+
+        let streams = [stdin, stdout, stderr]
+        for target in 0..<3 {
+            switch streams[target] {
+            case .inherit:
+                break
+            case .null:
+                posix_spawn_file_actions_addopen(&actions, Int32(target), "/dev/null", target == 0 ? O_RDONLY : O_WRONLY, 0)
+            case .pipe:
+                var fds: [Int32] = [-1, -1]
+                // pipe2(O_CLOEXEC) is not in the Glibc module (it needs _GNU_SOURCE). Setting the
+                // flag right after pipe() is equivalent here: the tools spawn from one thread only.
+                guard pipe(&fds) == 0 else {
+                    let e = Errno.current
+                    cleanup()
+                    throw e
+                }
+                _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+                // fds[0] reads, fds[1] writes. The child gets the end matching its direction.
+                let (childEnd, parentEnd) = target == 0 ? (fds[0], fds[1]) : (fds[1], fds[0])
+                childEnds.append(childEnd)
+                parentEnds[target] = parentEnd
+                do {
+                    try FileIO.setNonBlocking(parentEnd)
+                } catch {
+                    cleanup()
+                    throw error
+                }
+                // dup2 onto 0/1/2 clears close-on-exec for the child's copy only.
+                posix_spawn_file_actions_adddup2(&actions, childEnd, Int32(target))
+            }
+        }
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var rc = posix_spawnattr_setpgroup(&attributes, 0)
+        if rc == 0 {
+            do {
+                try Signals.prepareSpawnAttributes(&attributes)
+            } catch {
+                rc = error.rawValue
+            }
+        }
+        if rc == 0 {
+            var flags: Int16 = 0
+            rc = posix_spawnattr_getflags(&attributes, &flags)
+            if rc == 0 { rc = posix_spawnattr_setflags(&attributes, flags | Int16(POSIX_SPAWN_SETPGROUP)) }
+        }
+        if rc != 0 {
+            cleanup()
+            throw Errno(rc)
+        }
+
+        var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        var cEnv = Self.environmentBlock(adding: environment)
+        defer {
+            for p in cArgs { free(p) }
+            for p in cEnv { free(p) }
+        }
+        var pid: pid_t = 0
+        rc = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArgs, &cEnv)
+        for fd in childEnds { FileIO.close(fd) }
+        childEnds.removeAll()
+        if rc != 0 {
+            cleanup()
+            throw Errno(rc)
+        }
+        let child = Subprocess(pid: pid, stdinFD: parentEnds[0], stdoutFD: parentEnds[1], stderrFD: parentEnds[2])
+        children.append(child)
+        if backstop == nil {
+            backstop = loop.schedule(after: Self.backstopInterval, repeating: Self.backstopInterval) { [weak self] in
+                self?.reap()
+            }
+        }
+        return child
+    }
+
+    /// `environ` with `additions` applied, as malloc'd C strings plus a terminating nil.
+    static func environmentBlock(adding additions: [(String, String)]) -> [UnsafeMutablePointer<CChar>?] {
+        var block: [UnsafeMutablePointer<CChar>?] = []
+        var index = 0
+        while let entry = environ[index] {
+            index += 1
+            let text = String(cString: entry)
+            let key = text.prefix { $0 != "=" }
+            if additions.contains(where: { $0.0 == key }) { continue }
+            block.append(strdup(entry))
+        }
+        for (key, value) in additions { block.append(strdup(key + "=" + value)) }
+        block.append(nil)
+        return block
+    }
+
+    /// Checks every tracked child and reports those that ended. Called on SIGCHLD and by the
+    /// backstop timer; safe to call at any time.
+    public func reap() {
+        var i = 0
+        while i < children.count {
+            let child = children[i]
+            var status: Int32 = 0
+            let rc = waitpid(child.pid, &status, WNOHANG)
+            if rc == child.pid {
+                children.remove(at: i)
+                child.ended(ProcessStatus(waitStatus: status))
+                continue
+            }
+            if rc < 0 && errno == ECHILD {
+                // Reaped by someone else (a waitpid(-1) elsewhere): the status is lost.
+                children.remove(at: i)
+                child.ended(.exited(255))
+                continue
+            }
+            i += 1
+        }
+        if children.isEmpty, let backstop {
+            loop.cancel(backstop)
+            self.backstop = nil
+        }
+    }
+
+    /// Sends `signal` to the process group of every running child, waits up to `grace` seconds
+    /// (the loop keeps running) for them to end, then sends SIGKILL to the groups left and reaps.
+    /// Returns when all are reaped or after `grace` + 2 s.
+    public func terminateAll(signal: Int32 = SIGTERM, grace: Double = 2) {
+        if children.isEmpty { return }
+        for child in children { child.signalGroup(signal) }
+        if loop.run(until: { [unowned self] in self.children.isEmpty }, timeout: grace) { return }
+        for child in children { child.signalGroup(SIGKILL) }
+        _ = loop.run(until: { [unowned self] in self.children.isEmpty }, timeout: 2)
+    }
+}
+
+/// One child process started by ``ChildProcesses/spawn(_:environment:stdin:stdout:stderr:)``.
+///
+/// The descriptors are the parent's ends of the pipes (non-blocking, close-on-exec), or -1.
+/// Watch them on the loop yourself; close them with ``closeStdin()``/``closeStdout()``/
+/// ``closeStderr()`` (remove your watches first). Whatever is still open is closed in `deinit`.
+public final class Subprocess {
+    public enum Stream: Sendable { case pipe, null, inherit }
+
+    public let pid: pid_t
+    /// The write end of the child's standard input, or -1.
+    public private(set) var stdinFD: Int32
+    /// The read end of the child's standard output, or -1.
+    public private(set) var stdoutFD: Int32
+    /// The read end of the child's standard error, or -1.
+    public private(set) var stderrFD: Int32
+    /// How it ended, once reaped.
+    public private(set) var status: ProcessStatus?
+    /// Called once on the loop when the child has been reaped.
+    public var onExit: ((ProcessStatus) -> Void)?
+
+    init(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32) {
+        self.pid = pid
+        self.stdinFD = stdinFD
+        self.stdoutFD = stdoutFD
+        self.stderrFD = stderrFD
+    }
+
+    deinit {
+        closeStdin()
+        closeStdout()
+        closeStderr()
+    }
+
+    /// True until the child has been reaped.
+    public var isRunning: Bool { status == nil }
+
+    public func closeStdin() {
+        if stdinFD >= 0 { FileIO.close(stdinFD) }
+        stdinFD = -1
+    }
+
+    public func closeStdout() {
+        if stdoutFD >= 0 { FileIO.close(stdoutFD) }
+        stdoutFD = -1
+    }
+
+    public func closeStderr() {
+        if stderrFD >= 0 { FileIO.close(stderrFD) }
+        stderrFD = -1
+    }
+
+    /// Sends `signal` to the child only.
+    ///
+    /// The corresponding C function is `kill(2)`.
+    public func signal(_ signal: Int32) {
+        if status == nil { _ = kill(pid, signal) }
+    }
+
+    /// Sends `signal` to the child's whole process group (the child and whatever it started
+    /// that stayed in its group). Once the child has been reaped this is done only while its
+    /// standard output pipe is still open: then something of the group may still hold it, and
+    /// the group id cannot have been reused while a member lives; otherwise it does nothing.
+    ///
+    /// The corresponding C function is `kill(2)` with `-pgid`.
+    public func signalGroup(_ signal: Int32) {
+        if status != nil && stdoutFD < 0 { return }
+        _ = kill(-pid, signal)
+    }
+
+    func ended(_ status: ProcessStatus) {
+        self.status = status
+        let callback = onExit
+        onExit = nil
+        callback?(status)
+    }
+}
+
+extension Subprocess {
+    /// Looks `program` up the way `posix_spawnp` will: a name with a slash is taken as it is,
+    /// otherwise each directory of `PATH` (default "/usr/local/bin:/usr/bin:/bin") is tried.
+    /// Returns the path of an executable regular file, or nil.
+    public static func findExecutable(_ program: String) -> String? {
+        func isExecutableFile(_ path: String) -> Bool {
+            var st = stat()
+            guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
+            return access(path, X_OK) == 0
+        }
+        if program.isEmpty { return nil }
+        if program.contains("/") { return isExecutableFile(program) ? program : nil }
+        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
+        for dir in path.split(separator: ":", omittingEmptySubsequences: false) {
+            let candidate = (dir.isEmpty ? "." : String(dir)) + "/" + program
+            if isExecutableFile(candidate) { return candidate }
+        }
+        return nil
+    }
+}

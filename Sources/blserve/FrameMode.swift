@@ -1,0 +1,222 @@
+import BLBlueZ
+import BLCommand
+import BLDBus
+import BLFrame
+
+/// Frame mode: each complete frame a central writes runs COMMAND once; the reply waits in that
+/// central's queue (pull) or is notified to it (push, only while it is the sole subscriber).
+final class FrameMode: ServeMode {
+    /// Everything blserve holds for one central.
+    final class Central {
+        let device: String
+        var reassembler: FrameReassembler
+        var pending: [FrameRequest] = []
+        var running: HandlerRun?
+        var replies: ReplyQueue
+        /// Replies handed to the notifier and not yet sent (push).
+        var pushing = 0
+        /// Disconnected: its state was dropped; a running COMMAND's reply is discarded.
+        var gone = false
+
+        init(device: String, maxFrame: Int, maxQueue: Int) {
+            self.device = device
+            reassembler = FrameReassembler(maxFrame: maxFrame)
+            replies = ReplyQueue(capacity: maxQueue)
+        }
+
+        /// Requests and replies counted against --max-queue.
+        var outstanding: Int { pending.count + (running == nil ? 0 : 1) + replies.count + pushing }
+        var isIdle: Bool { outstanding == 0 && reassembler.isAtFrameBoundary }
+    }
+
+    unowned let server: Server
+    private(set) var centrals: [String: Central] = [:]
+    /// The state of disconnected centrals is dropped; this bounds what stays when a disconnect
+    /// was never signalled.
+    static let maxIdleCentrals = 64
+    static let doorbell: [UInt8] = Array("N0000000".utf8)
+
+    init(server: Server) {
+        self.server = server
+    }
+
+    private var config: ServeConfig { server.config }
+
+    private func central(for device: String) -> Central {
+        if let c = centrals[device] {
+            c.gone = false
+            return c
+        }
+        if centrals.count >= Self.maxIdleCentrals { prune() }
+        let c = Central(device: device, maxFrame: config.maxFrame, maxQueue: config.maxQueue)
+        centrals[device] = c
+        return c
+    }
+
+    /// Drops the idle state of centrals that are not connected.
+    private func prune() {
+        for (device, c) in centrals where c.isIdle && !server.peripheral.connectedDevices.contains(device) {
+            centrals[device] = nil
+        }
+    }
+
+    func write(_ value: [UInt8], _ options: GattRequestOptions, _ call: IncomingCall) {
+        let device = options.device!
+        let c = central(for: device)
+        if options.prepareAuthorize {
+            call.reply([])
+            return
+        }
+        let slots = config.maxQueue - c.outstanding
+        switch c.reassembler.write(value, offset: options.offset, slots: slots) {
+        case .failure(let refusal):
+            server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(refusal)")
+            call.fail(refusal.dbusError)
+        case .success(let requests):
+            call.reply([])
+            if requests.isEmpty { return }
+            c.pending.append(contentsOf: requests)
+            dispatch(c)
+        }
+    }
+
+    func read(_ options: GattRequestOptions, _ call: IncomingCall) {
+        guard let c = centrals[options.device!] else {
+            call.reply(.bytes([]))
+            return
+        }
+        switch c.replies.read(offset: options.offset, mtu: options.mtu) {
+        case .success(let piece):
+            call.reply(.bytes(piece))
+        case .failure(let refusal):
+            call.fail(refusal.dbusError)
+        }
+    }
+
+    func connectionChanged(device: String, connected: Bool) {
+        guard !connected, let c = centrals[device] else { return }
+        drop(c)
+    }
+
+    func notifyingChanged(_ on: Bool) {}
+
+    func centralsLost() {
+        // The notifier dropped its jobs (Server resets it first): nothing is being pushed.
+        for c in centrals.values {
+            c.pushing = 0
+            drop(c)
+        }
+    }
+
+    private func drop(_ c: Central) {
+        c.gone = true
+        c.pending.removeAll()
+        c.replies.removeAll()
+        c.reassembler.reset()
+        if c.running == nil && c.pushing == 0 { centrals[c.device] = nil }
+    }
+
+    func shutdown() {
+        for c in centrals.values {
+            c.running?.cancel()
+            c.running = nil
+            c.pending.removeAll()
+        }
+    }
+
+    // MARK: - Running COMMAND
+
+    private func dispatch(_ c: Central) {
+        guard c.running == nil, !c.pending.isEmpty, !server.stopping else { return }
+        let request = c.pending.removeFirst()
+        var env = server.environment(device: c.device)
+        env.append(("BL_CODE", request.code.description))
+        env.append(("BL_SIZE", String(request.body.count)))
+        let limit = config.replyCode == .raw ? FrameFormat.headerSize + FrameFormat.maxBodySize : FrameFormat.maxBodySize
+        let run = HandlerRun(argv: config.command, environment: env, input: request.body, outputLimit: limit,
+                             timeout: config.handlerTimeout, children: server.children, buffer: server.buffer) {
+            [unowned self, unowned c] outcome in
+            self.finished(c, request, outcome)
+        }
+        c.running = run
+        run.start()
+    }
+
+    private func finished(_ c: Central, _ request: FrameRequest, _ outcome: HandlerRun.Outcome) {
+        c.running = nil
+        let reply = Self.reply(for: outcome, code: config.replyCode)
+        if config.verbose {
+            let ms = Int((outcome.duration * 1000).rounded())
+            let result = outcome.failure.map { "failed (\($0))" } ?? (outcome.status?.description ?? "")
+            let what = reply.isEmpty ? "no reply" : "reply \(Self.describe(reply))"
+            Tool.warn("\(Server.centralName(c.device)): \(request.code) \(request.body.count) bytes: \(result), \(what), \(ms) ms")
+        }
+        if c.gone {
+            if c.pushing == 0 { centrals[c.device] = nil }
+            return
+        }
+        deliver(reply, to: c)
+        dispatch(c)
+    }
+
+    private func deliver(_ reply: [UInt8], to c: Central) {
+        if reply.isEmpty { return }
+        let notifier = server.notifier
+        if config.reply == .push, server.canPush(to: c.device) {
+            c.pushing += 1
+            notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
+                             divert: { [weak c] rest in
+                                 // No doorbell: the seed client reads after every notification,
+                                 // and a doorbell here would land inside the frame it is parsing.
+                                 if let c, !c.gone { c.replies.append(rest) }
+                             },
+                             done: { [weak self, weak c] in
+                                 guard let self, let c else { return }
+                                 c.pushing = max(0, c.pushing - 1)
+                                 if c.gone && c.running == nil && c.pushing == 0 { self.centrals[c.device] = nil }
+                             })
+            return
+        }
+        // The seed server's order: queue the reply, then ring ("a reply is ready"). A central
+        // counts a doorbell and its reads as one reply, so the doorbell never comes earlier.
+        c.replies.append(reply)
+        notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
+    }
+
+    /// The reply frame for a finished run (what the central will read).
+    static func reply(for outcome: HandlerRun.Outcome, code: ServeConfig.ReplyCode) -> [UInt8] {
+        if let failure = outcome.failure {
+            return errorFrame(failure)
+        }
+        let output = outcome.output
+        do {
+            switch code {
+            case .raw:
+                return output
+            case .auto:
+                if output.isEmpty { return try FrameEncoder.encode(.notify, body: []) }
+                let image = ImageFormat(signature: output.prefix(ImageFormat.signatureLength)) != nil
+                return try FrameEncoder.encode(image ? .image : .text, body: output)
+            case .fixed(let frameCode):
+                return try FrameEncoder.encode(frameCode, body: output)
+            }
+        } catch {
+            return errorFrame("reply over \(FrameFormat.maxBodySize) bytes")
+        }
+    }
+
+    /// A T frame "error: <reason>".
+    static func errorFrame(_ reason: String) -> [UInt8] {
+        let body = Array(("error: " + reason).utf8)
+        // The body is short; encoding a T frame cannot fail.
+        return (try? FrameEncoder.encode(.text, body: body)) ?? []
+    }
+
+    /// "T 34 bytes" for a frame, "34 bytes" otherwise.
+    static func describe(_ reply: [UInt8]) -> String {
+        if reply.count >= FrameFormat.headerSize, let code = FrameCode(rawValue: reply[0]) {
+            return "\(code) \(reply.count - FrameFormat.headerSize) bytes"
+        }
+        return "\(reply.count) bytes"
+    }
+}

@@ -1,0 +1,214 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLBlueZ
+import BLCommand
+
+/// A read buffer allocated once and shared by everything that reads a pipe on the loop (the
+/// loop runs one handler at a time, and each copies out what it keeps).
+final class SharedReadBuffer {
+    let bytes: UnsafeMutableRawBufferPointer
+    init(size: Int = 64 * 1024) {
+        bytes = .allocate(byteCount: size, alignment: FileIO.bufferAlignment)
+    }
+    deinit { bytes.deallocate() }
+}
+
+/// One run of COMMAND for one request: the body goes to its stdin, its stdout is collected (up
+/// to `outputLimit` bytes), and `timeout` bounds the whole run.
+///
+/// It finishes once stdout has ended and the process has been reaped (or, after a kill, once it
+/// has been reaped). A failed run (spawn error, non-zero exit, a signal, the timeout, too much
+/// output) reports a short reason. On the timeout or an overflow the process group is killed.
+final class HandlerRun {
+    struct Outcome {
+        /// nil when the process could not be started.
+        var status: ProcessStatus?
+        var output: [UInt8]
+        /// Why the run failed, or nil when it succeeded (exit status 0, output within the limit).
+        var failure: String?
+        var duration: Double
+    }
+
+    private let children: ChildProcesses
+    private let buffer: SharedReadBuffer
+    private let argv: [String]
+    private let environment: [(String, String)]
+    private var input: [UInt8]
+    private var inputOffset = 0
+    private let outputLimit: Int
+    private let timeout: Double
+    private var completion: ((Outcome) -> Void)?
+
+    private var process: Subprocess?
+    private var stdinWatch: WatchToken?
+    private var stdoutWatch: WatchToken?
+    private var timer: TimerToken?
+    private var graceTimer: TimerToken?
+    private var output: [UInt8] = []
+    private var failure: String?
+    private var started = 0.0
+    private var loop: EventLoop { children.loop }
+
+    init(argv: [String], environment: [(String, String)], input: [UInt8], outputLimit: Int, timeout: Double,
+         children: ChildProcesses, buffer: SharedReadBuffer, completion: @escaping (Outcome) -> Void) {
+        self.argv = argv
+        self.environment = environment
+        self.input = input
+        self.outputLimit = outputLimit
+        self.timeout = timeout
+        self.children = children
+        self.buffer = buffer
+        self.completion = completion
+    }
+
+    /// Starts the process. A failure to start is reported through the completion, on a later turn.
+    func start() {
+        started = MonotonicClock.seconds()
+        let child: Subprocess
+        do {
+            child = try children.spawn(argv, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+        } catch {
+            failure = "cannot run \(argv[0]): \(error)"
+            loop.callSoon { [self] in self.finish(status: nil) }
+            return
+        }
+        process = child
+        child.onExit = { [weak self] status in self?.exited(status) }
+        if input.isEmpty {
+            child.closeStdin()
+        } else {
+            stdinWatch = loop.watch(fd: child.stdinFD, events: .writable) { [weak self] _ in self?.feed() }
+        }
+        stdoutWatch = loop.watch(fd: child.stdoutFD, events: .readable) { [weak self] _ in self?.drain() }
+        timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }
+    }
+
+    /// Kills the process group and drops the run without calling the completion.
+    func cancel() {
+        completion = nil
+        if let graceTimer { loop.cancel(graceTimer) }
+        graceTimer = nil
+        process?.signalGroup(SIGKILL)
+        closeStdin()
+        closeStdout()
+        if let timer { loop.cancel(timer) }
+        timer = nil
+    }
+
+    private func feed() {
+        guard let child = process, child.stdinFD >= 0 else { return }
+        do {
+            let n = try input.withUnsafeBytes { raw in
+                try Result { () throws(Errno) in
+                    try FileIO.write(child.stdinFD, UnsafeRawBufferPointer(rebasing: raw[inputOffset...]))
+                }.get()
+            }
+            inputOffset += n
+        } catch let error as Errno where error == .again {
+            return
+        } catch {
+            // EPIPE: COMMAND does not read its input (or no longer); that is its business.
+            inputOffset = input.count
+        }
+        if inputOffset >= input.count {
+            closeStdin()
+            input = []
+        }
+    }
+
+    private func drain() {
+        guard let child = process, child.stdoutFD >= 0 else { return }
+        while true {
+            let n: Int
+            do {
+                n = try FileIO.read(child.stdoutFD, into: buffer.bytes)
+            } catch {
+                if error == .again { return }
+                n = 0
+            }
+            if n == 0 {
+                closeStdout()
+                checkDone()
+                return
+            }
+            if output.count + n > outputLimit {
+                failure = "reply over \(outputLimit) bytes"
+                output = []
+                child.signalGroup(SIGKILL)
+                closeStdout()
+                checkDone()
+                return
+            }
+            output.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer.bytes[0..<n]))
+            if n < buffer.bytes.count { return }
+        }
+    }
+
+    private func timedOut() {
+        timer = nil
+        guard let child = process else { return }
+        failure = "timed out after \(formatSeconds(timeout)) s"
+        child.signalGroup(SIGKILL)
+        closeStdin()
+        closeStdout()
+        output = []
+        // A process stuck in the kernel may take a while to die; do not wait for it forever.
+        timer = loop.schedule(after: 5) { [weak self] in self?.finish(status: nil) }
+        checkDone()
+    }
+
+    private func exited(_ status: ProcessStatus) {
+        // Whatever it left in the pipe is still read: drain before deciding.
+        if process?.stdoutFD ?? -1 >= 0 { drain() }
+        if let child = process, child.stdoutFD >= 0 {
+            // Something it started in the background still holds stdout (`cmd &` in a shell).
+            // The reply is what COMMAND wrote: give the pipe a moment, then stop listening.
+            graceTimer = loop.schedule(after: Self.exitGrace) { [weak self] in
+                guard let self, let child = self.process, child.stdoutFD >= 0 else { return }
+                self.drain()
+                self.closeStdout()
+                self.checkDone()
+            }
+        }
+        checkDone()
+    }
+
+    /// How long stdout may stay open after COMMAND exited.
+    static let exitGrace = 1.0
+
+    private func checkDone() {
+        guard let child = process, let status = child.status, child.stdoutFD < 0 else { return }
+        finish(status: status)
+    }
+
+    private func finish(status: ProcessStatus?) {
+        closeStdin()
+        closeStdout()
+        if let timer { loop.cancel(timer) }
+        timer = nil
+        if let graceTimer { loop.cancel(graceTimer) }
+        graceTimer = nil
+        guard let completion else { return }
+        self.completion = nil
+        var reason = failure
+        if reason == nil, let status, !status.succeeded { reason = status.description }
+        if reason == nil, status == nil { reason = "did not end after SIGKILL" }
+        completion(Outcome(status: status, output: reason == nil ? output : [], failure: reason,
+                           duration: MonotonicClock.seconds() - started))
+    }
+
+    private func closeStdin() {
+        if let stdinWatch { loop.remove(stdinWatch) }
+        stdinWatch = nil
+        process?.closeStdin()
+    }
+
+    private func closeStdout() {
+        if let stdoutWatch { loop.remove(stdoutWatch) }
+        stdoutWatch = nil
+        process?.closeStdout()
+    }
+}

@@ -1,0 +1,164 @@
+import BLBlueZ
+import BLCommand
+import BLDBus
+
+/// Sends notifications with flow control.
+///
+/// Each notification is a `PropertiesChanged(Value)` signal to bluetoothd. Nothing in BlueZ
+/// drops them, but nothing pushes back either, so the notifier keeps at most ``window`` of them
+/// unconfirmed: after that many it sends `org.freedesktop.DBus.Peer.Ping` to bluetoothd and waits
+/// for the answer, which comes only once bluetoothd has read everything sent before it (the bus
+/// keeps one sender's messages in order). Data waits in the notifier's queue meanwhile; its
+/// producers (a handler's stdout) check ``pendingBytes`` and stop reading while it is high.
+///
+/// A job aimed at one central is sent only while `canPush(target)` holds (5.66 delivers every
+/// notification to every subscriber, bluez-notes §3.8); when it stops holding, the rest of the
+/// job goes to the job's `divert` closure (the central's read queue) instead.
+final class Notifier {
+    struct Job {
+        var target: String?
+        var bytes: [UInt8]
+        var position = 0
+        var chunk: Int
+        var divert: (([UInt8]) -> Void)?
+        /// Called once the job is fully sent or diverted (not when dropped by ``reset()``).
+        var done: (() -> Void)?
+        var sentEmpty = false
+    }
+
+    let characteristic: GattCharacteristic
+    let bus: DBusConnection
+    /// Notifications sent before waiting for bluetoothd.
+    let window: Int
+    /// Whether a notification now would reach only `target`.
+    var canPush: (String) -> Bool = { _ in false }
+    /// Called when ``pendingBytes`` has dropped below ``lowWater`` after being above it.
+    var onDrain: (() -> Void)?
+    /// Called with every value sent (stream mode answers reads with the last one).
+    var onSent: (([UInt8]) -> Void)?
+    /// Diagnostics (-v).
+    var log: ((String) -> Void)?
+
+    private var jobs: [Job] = []
+    private var sentSincePing = 0
+    private var pinging = false
+    private var pumpScheduled = false
+    private(set) var pendingBytes = 0
+    private(set) var sentCount = 0
+    let lowWater = 64 * 1024
+    private var aboveLowWater = false
+    private var generation = 0
+
+    init(characteristic: GattCharacteristic, bus: DBusConnection, window: Int = 64) {
+        self.characteristic = characteristic
+        self.bus = bus
+        self.window = window
+    }
+
+    var isIdle: Bool { jobs.isEmpty }
+
+    /// Queues `bytes` as notifications of at most `chunk` bytes (an empty value: one empty
+    /// notification). With a `target`, see the type's description.
+    func enqueue(_ bytes: [UInt8], chunk: Int, target: String? = nil, divert: (([UInt8]) -> Void)? = nil,
+                 done: (() -> Void)? = nil) {
+        jobs.append(Job(target: target, bytes: bytes, chunk: max(1, chunk), divert: divert, done: done))
+        pendingBytes += bytes.count
+        if pendingBytes >= lowWater { aboveLowWater = true }
+        schedulePump()
+    }
+
+    /// Drops everything queued (bluetoothd went away; the centrals are gone with it).
+    func reset() {
+        jobs.removeAll()
+        pendingBytes = 0
+        sentSincePing = 0
+        pinging = false
+        generation += 1
+        checkDrain()
+    }
+
+    private func schedulePump() {
+        if pumpScheduled || pinging { return }
+        pumpScheduled = true
+        bus.loop.callSoon { [weak self] in
+            guard let self else { return }
+            self.pumpScheduled = false
+            self.pump()
+        }
+    }
+
+    private func pump() {
+        while !pinging, !jobs.isEmpty {
+            if sentSincePing >= window {
+                ping()
+                return
+            }
+            var job = jobs[0]
+            if let target = job.target, !canPush(target) {
+                jobs.removeFirst()
+                let rest = Array(job.bytes[job.position...])
+                pendingBytes -= rest.count
+                job.divert?(rest)
+                job.done?()
+                continue
+            }
+            let end = min(job.position + job.chunk, job.bytes.count)
+            let value = Array(job.bytes[job.position..<end])
+            if value.isEmpty && job.sentEmpty {
+                jobs.removeFirst()
+                job.done?()
+                continue
+            }
+            do {
+                try characteristic.notify(value)
+            } catch {
+                // Not exported any more (shutting down): nothing can be sent.
+                reset()
+                return
+            }
+            sentCount += 1
+            sentSincePing += 1
+            onSent?(value)
+            pendingBytes -= value.count
+            job.position = end
+            job.sentEmpty = true
+            if job.position >= job.bytes.count {
+                jobs.removeFirst()
+                job.done?()
+            } else {
+                jobs[0] = job
+            }
+        }
+        checkDrain()
+    }
+
+    /// Calls `completion` once everything queued has been sent and bluetoothd has read it.
+    func flush(_ completion: @escaping () -> Void) {
+        if !jobs.isEmpty || pinging {
+            bus.loop.schedule(after: 0.05) { [weak self] in self?.flush(completion) }
+            return
+        }
+        bus.call(destination: BlueZ.service, path: "/", interface: DBusInterfaceName.peer, member: "Ping",
+                 timeout: 5) { _ in completion() }
+    }
+
+    private func ping() {
+        pinging = true
+        let gen = generation
+        bus.call(destination: BlueZ.service, path: "/", interface: DBusInterfaceName.peer, member: "Ping",
+                 timeout: 10) { [weak self] result in
+            guard let self, gen == self.generation else { return }
+            if case .failure(let error) = result { self.log?("flow control: Ping to bluetoothd: \(error.oneLine)") }
+            self.pinging = false
+            self.sentSincePing = 0
+            self.pump()
+        }
+    }
+
+    private func checkDrain() {
+        if aboveLowWater && pendingBytes < lowWater {
+            aboveLowWater = false
+            onDrain?()
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import BLBlueZ
+import BLCommand
+import BLFrame
+
+/// The command line of blserve.
+enum BlserveCommand {
+    static let spec = CommandSpec(
+        name: "blserve",
+        usage: ["[options] [--] COMMAND [ARG...]"],
+        summary: """
+        Serve COMMAND as a Bluetooth LE peripheral through bluetoothd: register a GATT service with
+        one read/write/notify characteristic and advertise it. In frame mode (the default) every
+        frame a central writes runs COMMAND with the body on stdin; its stdout is the reply, which
+        only that central can read. COMMAND runs directly, never through a shell.
+        """,
+        options: [
+            OptionSpec("mode", short: "m", value: "MODE", choices: ["frame", "raw", "stream"],
+                       help: "frame (a run per request), raw (a run per central) or stream (one run)"),
+            OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one"),
+            OptionSpec("name", short: "n", value: "NAME", help: "advertised name (default: the host name, shortened to fit)"),
+            OptionSpec("service", value: "UUID", help: "service UUID; default: the RaspBLE service"),
+            OptionSpec("char", value: "UUID", help: "characteristic UUID; default: the RaspBLE characteristic"),
+            OptionSpec("nus", help: "Nordic UART layout: write to 6e400002-…, notify from 6e400003-…"),
+            OptionSpec("write-without-response", help: "also accept write commands (refusals become silent drops)"),
+            OptionSpec("reply-code", short: "c", value: "CODE", choices: ["auto", "raw", "T", "U", "I"],
+                       help: "frame mode: code of the reply: auto (default), raw (stdout as is), T, U or I"),
+            OptionSpec("reply", short: "r", value: "HOW", choices: ["pull", "push"],
+                       help: "frame mode: pull (queue, notify N0000000; default) or push (notify the reply)"),
+            OptionSpec("chunk", value: "N", help: "notify at most N bytes at a time (20 reproduces seed 002)"),
+            OptionSpec("eom", help: "stream and raw modes: notify EOM when COMMAND's output ends"),
+            OptionSpec("handler-timeout", short: "t", value: "S", help: "frame mode: kill COMMAND after S seconds (30)"),
+            OptionSpec("max-frame", value: "BYTES", help: "refuse frames announcing more than BYTES (1M; at most 9999999)"),
+            OptionSpec("max-queue", value: "N", help: "requests and replies a central may have outstanding (16)"),
+            OptionSpec("allow", value: "ADDR", help: "only this central may read and write (repeatable)"),
+            OptionSpec("secure", help: "require an encrypted (paired) link for reads, writes and notifications"),
+            OptionSpec("verbose", short: "v", help: "log one line per request, and the registration, to stderr"),
+        ],
+        operands: 0...Int.max,
+        operandsEndOptions: true,
+        epilog: """
+        environment of COMMAND: BL_CODE and BL_SIZE (frame mode: the request's code and body size),
+        BL_DEVICE (the central's address), BL_ADAPTER (hci0…), BL_MTU (the central's ATT MTU).
+
+        examples:
+          blserve examples/seed000-handler                    # drop-in for the seed 000 server
+          blserve -n my-pi -- tr a-z A-Z                      # upper-case every text request
+          blserve --reply-code raw -- sh -c 'blframe -c T < /etc/motd'
+          blserve --mode raw --nus --allow AA:BB:CC:DD:EE:FF -- /bin/sh -i
+          blserve --mode stream --chunk 20 --eom -- cat story.txt
+
+        exit status: 0 after SIGINT or SIGTERM (or, in stream mode, when COMMAND's output was
+        sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter, bluetoothd or system bus,
+        or COMMAND not found, 74 registration failed.
+        """
+    )
+}
+
+/// Everything blserve was asked to do, checked.
+struct ServeConfig: Equatable {
+    enum Mode: String { case frame, raw, stream }
+    enum ReplyCode: Equatable { case auto, raw, fixed(FrameCode) }
+    enum ReplyStyle: String { case pull, push }
+
+    var mode: Mode = .frame
+    var command: [String] = []
+    var adapter: String?
+    var name: String?
+    var serviceUUID = KnownUUIDs.raspBLEService
+    /// Where centrals write.
+    var writeUUID = KnownUUIDs.raspBLECharacteristic
+    /// Where notifications and reads come from (the same as writeUUID unless --nus).
+    var notifyUUID = KnownUUIDs.raspBLECharacteristic
+    var writeWithoutResponse = false
+    var replyCode: ReplyCode = .auto
+    var reply: ReplyStyle = .pull
+    var chunk: Int?
+    var eom = false
+    var handlerTimeout = 30.0
+    var maxFrame = 1 << 20
+    var maxQueue = 16
+    /// Upper-case addresses; empty = everyone.
+    var allow: Set<String> = []
+    var secure = false
+    var verbose = false
+
+    var nus: Bool { writeUUID != notifyUUID }
+
+    init() {}
+
+    init(_ options: ParsedOptions) throws(UsageError) {
+        if let mode = try options.choice("mode", of: ["frame", "raw", "stream"]) { self.mode = Mode(rawValue: mode)! }
+        command = options.operands
+        guard let program = command.first, !program.isEmpty else { throw UsageError("missing COMMAND to run") }
+        adapter = options.string("adapter")
+        if let name = options.string("name") {
+            guard !name.isEmpty else { throw UsageError("--name wants a non-empty name") }
+            self.name = name
+        }
+        if options.has("nus") {
+            if options.has("service") || options.has("char") {
+                throw UsageError("--nus chooses the service and characteristics; it cannot be combined with --service or --char")
+            }
+            serviceUUID = KnownUUIDs.nusService
+            writeUUID = KnownUUIDs.nusRX
+            notifyUUID = KnownUUIDs.nusTX
+        } else {
+            serviceUUID = try Self.uuid(options, "service") ?? serviceUUID
+            writeUUID = try Self.uuid(options, "char") ?? writeUUID
+            notifyUUID = writeUUID
+            if serviceUUID == writeUUID { throw UsageError("--service and --char must differ") }
+        }
+        writeWithoutResponse = options.has("write-without-response")
+        if let code = try options.choice("reply-code", of: ["auto", "raw", "T", "U", "I"]) {
+            switch code {
+            case "auto": replyCode = .auto
+            case "raw": replyCode = .raw
+            default: replyCode = .fixed(FrameCode(letter: code.first!)!)
+            }
+        }
+        if let style = try options.choice("reply", of: ["pull", "push"]) { reply = ReplyStyle(rawValue: style)! }
+        chunk = try options.int("chunk", in: 1...512)
+        eom = options.has("eom")
+        handlerTimeout = try options.seconds("handler-timeout", in: 0.001...86_400) ?? handlerTimeout
+        maxFrame = try options.byteCount("max-frame", in: 0...FrameFormat.maxBodySize) ?? maxFrame
+        maxQueue = try options.int("max-queue", in: 1...1024) ?? maxQueue
+        for text in options.strings("allow") {
+            guard let address = BluetoothAddress.normalize(text) else {
+                throw UsageError("--allow wants an address like AA:BB:CC:DD:EE:FF, not '\(text)'")
+            }
+            allow.insert(address)
+        }
+        secure = options.has("secure")
+        verbose = options.has("verbose")
+
+        // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
+        let frameOnly = ["reply-code", "reply", "handler-timeout", "max-frame", "max-queue"]
+        if mode != .frame, let option = frameOnly.first(where: options.has) {
+            throw UsageError("--\(option) is for frame mode; it cannot be used with --mode \(mode.rawValue)")
+        }
+        if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
+    }
+
+    static func uuid(_ options: ParsedOptions, _ name: String) throws(UsageError) -> String? {
+        guard let text = options.string(name) else { return nil }
+        guard let uuid = BluetoothUUID.normalize(text) else {
+            throw UsageError("--\(name) wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
+        }
+        return uuid
+    }
+
+    /// The characteristics to register: (UUID, Flags), the write one first.
+    var characteristics: [(uuid: String, flags: [String])] {
+        let read = secure ? ["read", "encrypt-read"] : ["read"]
+        var write = secure ? ["write", "encrypt-write"] : ["write"]
+        if writeWithoutResponse { write.append("write-without-response") }
+        let notify = secure ? ["notify", "encrypt-notify"] : ["notify"]
+        if nus {
+            // The central writes RX and subscribes to (and may read) TX.
+            return [(writeUUID, write), (notifyUUID, read + notify)]
+        }
+        return [(writeUUID, read + write + notify)]
+    }
+
+    /// Bytes per notification: what the link allows (MTU-5, bluez-notes §3.7: a BlueZ central
+    /// batches notifications and cuts each to MTU-5; at most 512), further capped by --chunk.
+    /// With the MTU unknown (no read or write from any subscriber yet), --chunk or 20.
+    func notificationSize(mtu: Int?) -> Int {
+        guard let mtu else { return chunk ?? 20 }
+        let link = max(20, min(mtu - 5, 512))
+        return min(chunk ?? link, link)
+    }
+}

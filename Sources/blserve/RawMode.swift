@@ -1,0 +1,309 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLBlueZ
+import BLCommand
+import BLDBus
+
+/// Raw mode (inetd style): one COMMAND per central, started by its first write. What the central
+/// writes goes to COMMAND's stdin; COMMAND's stdout goes back to that central as notifications
+/// while it is the sole subscriber, otherwise into its read queue (announced by an empty
+/// notification, which adds no bytes to anyone's stream).
+///
+/// Flow control both ways: a write request is answered only once COMMAND's stdin has room (the
+/// central then waits, as ATT allows one write request at a time); COMMAND's stdout is read only
+/// while the notifier and the read queue have room.
+final class RawMode: ServeMode {
+    final class Session {
+        let device: String
+        var process: Subprocess?
+        var started = 0.0
+        var stdinQueue: [[UInt8]] = []
+        var stdinOffset = 0
+        var stdinBytes = 0
+        var stdinWatch: WatchToken?
+        var stdoutWatch: WatchToken?
+        /// Write requests answered once stdin has room again.
+        var deferred: [IncomingCall] = []
+        var replies: ReplyQueue
+        var bytesIn = 0
+        var bytesOut = 0
+        var gone = false
+        var droppedWarned = false
+        /// How output went last (for the log): true by notification, false through reads.
+        var pushed: Bool?
+        var killTimer: TimerToken?
+
+        init(device: String, queue: Int) {
+            self.device = device
+            replies = ReplyQueue(capacity: queue)
+        }
+    }
+
+    unowned let server: Server
+    private(set) var sessions: [String: Session] = [:]
+    /// Stdin bytes held before write requests wait.
+    static let stdinHighWater = 64 * 1024
+    /// Stdin bytes held at most; write commands beyond it are dropped (bluetoothd acknowledged
+    /// them already, so there is no way to push back).
+    static let stdinLimit = 1 << 20
+    /// Stdout chunks held for reads (each at most one read buffer, 64 KiB).
+    static let readQueueChunks = 16
+
+    init(server: Server) {
+        self.server = server
+        server.notifier.onDrain = { [unowned self] in
+            for s in self.sessions.values { self.updateStdoutWatch(s) }
+        }
+    }
+
+    private var loop: EventLoop { server.loop }
+
+    func write(_ value: [UInt8], _ options: GattRequestOptions, _ call: IncomingCall) {
+        let device = options.device!
+        let s = sessions[device] ?? {
+            let s = Session(device: device, queue: Self.readQueueChunks)
+            sessions[device] = s
+            return s
+        }()
+        s.gone = false
+        if options.prepareAuthorize {
+            call.reply([])
+            return
+        }
+        if s.process == nil {
+            guard start(s) else {
+                call.fail(GattError.application(0x83))
+                return
+            }
+        }
+        if !value.isEmpty {
+            if s.stdinBytes + value.count > Self.stdinLimit {
+                if !s.droppedWarned {
+                    Tool.warn("\(Server.centralName(device)): COMMAND is not reading; dropping writes")
+                    s.droppedWarned = true
+                }
+                call.fail(GattError.application(0x82))
+                return
+            }
+            s.stdinQueue.append(value)
+            s.stdinBytes += value.count
+            s.bytesIn += value.count
+            if s.stdinWatch == nil, let fd = s.process?.stdinFD, fd >= 0 {
+                s.stdinWatch = loop.watch(fd: fd, events: .writable) { [unowned self, unowned s] _ in self.feed(s) }
+            }
+        }
+        if call.expectsReply && s.stdinBytes > Self.stdinHighWater {
+            s.deferred.append(call)
+        } else {
+            call.reply([])
+        }
+    }
+
+    func read(_ options: GattRequestOptions, _ call: IncomingCall) {
+        guard let s = sessions[options.device!] else {
+            call.reply(.bytes([]))
+            return
+        }
+        switch s.replies.read(offset: options.offset, mtu: options.mtu) {
+        case .success(let piece): call.reply(.bytes(piece))
+        case .failure(let refusal): call.fail(refusal.dbusError)
+        }
+        updateStdoutWatch(s)
+    }
+
+    func connectionChanged(device: String, connected: Bool) {
+        guard !connected, let s = sessions[device] else { return }
+        hangUp(s)
+    }
+
+    func notifyingChanged(_ on: Bool) {
+        for s in sessions.values { updateStdoutWatch(s) }
+    }
+
+    func centralsLost() {
+        for s in sessions.values { hangUp(s) }
+    }
+
+    func shutdown() {
+        for s in sessions.values {
+            answerDeferred(s)
+            closeStdin(s)
+        }
+    }
+
+    // MARK: - The process
+
+    private func start(_ s: Session) -> Bool {
+        let process: Subprocess
+        do {
+            process = try server.children.spawn(server.config.command, environment: server.environment(device: s.device),
+                                               stdin: .pipe, stdout: .pipe, stderr: .inherit)
+        } catch {
+            Tool.warn("cannot run \(server.config.command[0]): \(error)")
+            return false
+        }
+        s.process = process
+        s.started = MonotonicClock.seconds()
+        s.bytesIn = 0
+        s.bytesOut = 0
+        s.droppedWarned = false
+        process.onExit = { [unowned self, unowned s] _ in self.checkEnded(s) }
+        server.debug("\(Server.centralName(s.device)): started \(server.config.command[0]) (pid \(process.pid))")
+        updateStdoutWatch(s)
+        return true
+    }
+
+    private func feed(_ s: Session) {
+        guard let fd = s.process?.stdinFD, fd >= 0 else { return }
+        while let first = s.stdinQueue.first {
+            let n: Int
+            do {
+                n = try first.withUnsafeBytes { raw in
+                    try Result { () throws(Errno) in
+                        try FileIO.write(fd, UnsafeRawBufferPointer(rebasing: raw[s.stdinOffset...]))
+                    }.get()
+                }
+            } catch let error as Errno where error == .again {
+                break
+            } catch {
+                // COMMAND closed its stdin: nothing more can go in.
+                s.stdinQueue.removeAll()
+                s.stdinBytes = 0
+                closeStdin(s)
+                answerDeferred(s)
+                return
+            }
+            s.stdinOffset += n
+            s.stdinBytes -= n
+            if s.stdinOffset == first.count {
+                s.stdinQueue.removeFirst()
+                s.stdinOffset = 0
+            }
+        }
+        if s.stdinQueue.isEmpty, let w = s.stdinWatch {
+            loop.remove(w)
+            s.stdinWatch = nil
+        }
+        if s.stdinBytes <= Self.stdinHighWater { answerDeferred(s) }
+        if s.gone && s.stdinQueue.isEmpty { closeStdin(s) }
+    }
+
+    private func answerDeferred(_ s: Session) {
+        let calls = s.deferred
+        s.deferred.removeAll()
+        for call in calls { call.reply([]) }
+    }
+
+    private func closeStdin(_ s: Session) {
+        if let w = s.stdinWatch { loop.remove(w) }
+        s.stdinWatch = nil
+        s.process?.closeStdin()
+    }
+
+    /// Whether COMMAND's stdout may be read now.
+    private func outputHasRoom(_ s: Session) -> Bool {
+        if s.gone { return true }  // read and discard, so COMMAND can finish
+        if server.notifier.pendingBytes >= server.notifier.lowWater { return false }
+        return s.replies.count < s.replies.capacity
+    }
+
+    private func updateStdoutWatch(_ s: Session) {
+        guard let process = s.process, process.stdoutFD >= 0 else { return }
+        let want = outputHasRoom(s)
+        if want, s.stdoutWatch == nil {
+            s.stdoutWatch = loop.watch(fd: process.stdoutFD, events: .readable) { [unowned self, unowned s] _ in self.drain(s) }
+        } else if !want, let w = s.stdoutWatch {
+            loop.remove(w)
+            s.stdoutWatch = nil
+        }
+    }
+
+    private func drain(_ s: Session) {
+        guard let fd = s.process?.stdoutFD, fd >= 0 else { return }
+        let buffer = server.buffer.bytes
+        let n: Int
+        do {
+            n = try FileIO.read(fd, into: buffer)
+        } catch {
+            if error == .again { return }
+            n = 0
+        }
+        if n == 0 {
+            if let w = s.stdoutWatch { loop.remove(w) }
+            s.stdoutWatch = nil
+            s.process?.closeStdout()
+            checkEnded(s)
+            return
+        }
+        if !s.gone {
+            s.bytesOut += n
+            deliver(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])), to: s)
+        }
+        updateStdoutWatch(s)
+    }
+
+    private func deliver(_ bytes: [UInt8], to s: Session) {
+        let push = server.canPush(to: s.device)
+        if s.pushed != push {
+            s.pushed = push
+            server.debug("\(Server.centralName(s.device)): output " + (push ? "by notifications"
+                : "queued for reads (notifications \(server.notifyCharacteristic.notifying ? "on" : "off"), \(server.peripheral.connectedDevices.count) centrals connected)"))
+        }
+        if push {
+            server.notifier.enqueue(bytes, chunk: server.notificationSize(for: s.device), target: s.device,
+                                    divert: { [weak self, weak s] rest in
+                                        if let self, let s { self.queueForRead(rest, s) }
+                                    })
+        } else {
+            queueForRead(bytes, s)
+        }
+    }
+
+    private func queueForRead(_ bytes: [UInt8], _ s: Session) {
+        if s.gone || bytes.isEmpty { return }
+        let wasEmpty = s.replies.isEmpty
+        s.replies.append(bytes)
+        if wasEmpty {
+            // The doorbell of raw mode: an empty notification adds no bytes to anyone's stream.
+            server.notifier.enqueue([], chunk: 1)
+        }
+    }
+
+    /// COMMAND's stdout ended and it was reaped: the session can take a new COMMAND.
+    private func checkEnded(_ s: Session) {
+        guard let process = s.process, let status = process.status, process.stdoutFD < 0 else { return }
+        if let killTimer = s.killTimer { loop.cancel(killTimer) }
+        s.killTimer = nil
+        closeStdin(s)
+        s.stdinQueue.removeAll()
+        s.stdinBytes = 0
+        answerDeferred(s)
+        s.process = nil
+        if server.config.eom && !s.gone { deliver(Array("EOM".utf8), to: s) }
+        if server.config.verbose {
+            let ms = Int(((MonotonicClock.seconds() - s.started) * 1000).rounded())
+            Tool.warn("\(Server.centralName(s.device)): \(server.config.command[0]) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")
+        }
+        if s.gone { sessions[s.device] = nil }
+    }
+
+    /// The central disconnected: COMMAND gets end of file and SIGHUP, then SIGKILL after 2 s.
+    private func hangUp(_ s: Session) {
+        s.gone = true
+        s.replies.removeAll()
+        answerDeferred(s)
+        guard let process = s.process else {
+            sessions[s.device] = nil
+            return
+        }
+        s.stdinQueue.removeAll()
+        s.stdinBytes = 0
+        closeStdin(s)
+        process.signalGroup(SIGHUP)
+        updateStdoutWatch(s)
+        s.killTimer = loop.schedule(after: 2) { [weak process] in process?.signalGroup(SIGKILL) }
+    }
+}

@@ -1,0 +1,256 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import BLBlueZ
+import BLCommand
+import BLDBus
+import BLFrame
+
+/// What each mode does with the calls bluetoothd makes.
+protocol ServeMode: AnyObject {
+    func write(_ value: [UInt8], _ options: GattRequestOptions, _ call: IncomingCall)
+    func read(_ options: GattRequestOptions, _ call: IncomingCall)
+    func connectionChanged(device: String, connected: Bool)
+    func notifyingChanged(_ on: Bool)
+    /// bluetoothd went away: every central is gone.
+    func centralsLost()
+    /// Stop every COMMAND (SIGINT/SIGTERM).
+    func shutdown()
+}
+
+/// blserve: the peripheral, the event loop, and the mode that answers the centrals.
+final class Server {
+    let config: ServeConfig
+    let loop: EventLoop
+    let bus: DBusConnection
+    let children: ChildProcesses
+    let buffer = SharedReadBuffer()
+    let application: GattApplication
+    let peripheral: Peripheral
+    let notifier: Notifier
+    let adapterName: String
+    private(set) var mode: ServeMode!
+    /// The ATT MTU last seen in a call from each central (device path).
+    private(set) var mtus: [String: Int] = [:]
+    private(set) var stopping = false
+    private var lastState: Peripheral.State = .stopped
+    private var exitError: ToolError?
+
+    var writeCharacteristic: GattCharacteristic { application.characteristics[0] }
+    var notifyCharacteristic: GattCharacteristic { application.characteristics[application.characteristics.count - 1] }
+
+    init(config: ServeConfig, loop: EventLoop, bus: DBusConnection, adapterName: String) throws(ToolError) {
+        self.config = config
+        self.loop = loop
+        self.bus = bus
+        self.adapterName = adapterName
+        do {
+            children = try ChildProcesses(loop: loop)
+        } catch {
+            throw ToolError(.osError, "cannot handle SIGCHLD: \(error)")
+        }
+        var characteristics = config.characteristics
+        if config.mode == .stream {
+            // Seed 001/002: read and notify; nothing to write to.
+            characteristics = characteristics.map { c in (c.uuid, c.flags.filter { !$0.contains("write") }) }
+            if config.nus { characteristics = [characteristics[1]] }
+        }
+        application = GattApplication(root: "/org/blpipe/blserve", serviceUUID: config.serviceUUID,
+                                      characteristics: characteristics)
+        let name = config.name ?? LEAdvertisement.defaultLocalName()
+        let advertisement = LEAdvertisement(path: "/org/blpipe/blserve_advertisement", serviceUUIDs: [config.serviceUUID],
+                                            localName: name)
+        peripheral = Peripheral(bus: bus, adapterName: adapterName, application: application, advertisement: advertisement)
+        notifier = Notifier(characteristic: application.characteristics[application.characteristics.count - 1], bus: bus)
+        notifier.canPush = { [unowned self] device in self.canPush(to: device) }
+        notifier.log = { [unowned self] message in self.debug(message) }
+        switch config.mode {
+        case .frame: mode = FrameMode(server: self)
+        case .raw: mode = RawMode(server: self)
+        case .stream: mode = StreamMode(server: self)
+        }
+        wireCallbacks()
+    }
+
+    private func wireCallbacks() {
+        for c in application.characteristics {
+            if c.flags.contains(where: { $0.contains("write") }) {
+                c.onWrite = { [unowned self] value, options, call in
+                    guard self.admit(options, call) else { return }
+                    self.mode.write(value, options, call)
+                }
+            }
+            c.onRead = { [unowned self] options, call in
+                guard self.admit(options, call) else { return }
+                self.mode.read(options, call)
+            }
+        }
+        notifyCharacteristic.onNotifyingChanged = { [unowned self] on in
+            self.debug("notifications \(on ? "on" : "off")")
+            self.mode.notifyingChanged(on)
+        }
+        peripheral.onConnectionChange = { [unowned self] device, connected in
+            self.debug("\(Self.centralName(device)) \(connected ? "connected" : "disconnected")")
+            if !connected { self.mtus[device] = nil }
+            self.mode.connectionChanged(device: device, connected: connected)
+        }
+        peripheral.onStateChange = { [unowned self] state in
+            defer { self.lastState = state }
+            switch state {
+            case .registered:
+                if self.peripheral.registrationCount > 1 {
+                    Tool.warn("registered again on \(self.adapterName)")
+                } else {
+                    self.debug("registered on \(self.adapterName): service \(self.config.serviceUUID), name '\(self.peripheral.advertisement?.localName ?? "")'")
+                }
+            case .waiting(let why):
+                if self.lastState == .registered {
+                    // bluetoothd or the adapter went away: every central and subscription with it.
+                    Tool.warn("\(why); registering again when it is back")
+                    self.notifier.reset()
+                    self.mode.centralsLost()
+                } else {
+                    self.debug(why)
+                }
+            case .registering, .stopped:
+                break
+            }
+        }
+        bus.onDisconnect = { [unowned self] in
+            self.exitError = ToolError(.unavailable, "lost the connection to the system bus")
+            self.shutdown()
+        }
+    }
+
+    /// Applies --allow and records the central's MTU. A refused call is answered here.
+    private func admit(_ options: GattRequestOptions, _ call: IncomingCall) -> Bool {
+        guard let device = options.device, options.address != nil else {
+            call.fail(GattError.notPermitted("No device"))
+            return false
+        }
+        if !config.allow.isEmpty, !config.allow.contains(options.address!) {
+            if config.verbose { Tool.warn("\(options.address!): refused: not in --allow") }
+            call.fail(WriteRefusal.notAllowed.dbusError)
+            return false
+        }
+        if stopping {
+            call.fail(GattError.notPermitted("Shutting down"))
+            return false
+        }
+        mtus[device] = options.mtu
+        return true
+    }
+
+    /// True when a notification now reaches `device` and no other central: notifications are
+    /// on and `device` is the only central connected to the adapter (BlueZ 5.66 sends every
+    /// notification to every subscriber, bluez-notes §3.8).
+    func canPush(to device: String) -> Bool {
+        notifyCharacteristic.notifying && peripheral.connectedDevices == [device]
+    }
+
+    /// Bytes per notification towards `device` (nil: every subscriber, so the smallest MTU seen).
+    func notificationSize(for device: String?) -> Int {
+        if let device { return config.notificationSize(mtu: mtus[device]) }
+        return config.notificationSize(mtu: mtus.values.min())
+    }
+
+    /// The environment every COMMAND gets (plus the mode's own variables).
+    func environment(device: String?) -> [(String, String)] {
+        var env: [(String, String)] = [("BL_ADAPTER", adapterName)]
+        if let device {
+            env.append(("BL_DEVICE", BluetoothAddress.fromDevicePath(device) ?? device))
+            env.append(("BL_MTU", String(mtus[device] ?? 23)))
+        }
+        return env
+    }
+
+    func debug(_ message: String) {
+        if config.verbose { Tool.warn(message) }
+    }
+
+    static func centralName(_ device: String) -> String {
+        BluetoothAddress.fromDevicePath(device) ?? device
+    }
+
+    // MARK: - Running
+
+    /// Registers and serves until SIGINT/SIGTERM (or, in stream mode, the end of COMMAND).
+    func run() throws(ToolError) {
+        for signal in [SIGINT, SIGTERM] {
+            do {
+                try loop.onSignal(signal) { [unowned self] info in
+                    self.debug("\(ProcessStatus.signalName(info.signal) ?? "signal"): stopping")
+                    self.shutdown()
+                }
+            } catch {
+                throw ToolError(.osError, "cannot handle signals: \(error)")
+            }
+        }
+        var firstError: DBusError?
+        peripheral.onRegistrationError = { [unowned self] error in
+            if self.peripheral.registrationCount == 0 {
+                firstError = error
+            } else {
+                Tool.warn(error.oneLine)
+            }
+        }
+        do {
+            try peripheral.start()
+        } catch {
+            throw BlueZErrors.toolError("exporting the GATT application", error)
+        }
+        let ready = loop.run(until: { [unowned self] in
+            self.peripheral.state == .registered || firstError != nil || self.stopping
+        }, timeout: 30)
+        if stopping {
+            if let exitError { throw exitError }
+            return
+        }
+        if let firstError {
+            peripheral.stop(timeout: 1)
+            throw ToolError(BlueZErrors.exitCode(for: firstError) == .unavailable ? .unavailable : .ioError, firstError.oneLine)
+        }
+        if !ready {
+            let why = peripheral.state
+            peripheral.stop(timeout: 1)
+            throw ToolError(.unavailable, "not registered within 30 s (\(why))")
+        }
+        loop.run()
+        if let exitError { throw exitError }
+    }
+
+    /// Ends every COMMAND, unregisters, and makes ``run()`` return. `error` becomes the exit status.
+    func shutdown(_ error: ToolError? = nil) {
+        if let error, exitError == nil { exitError = error }
+        if stopping { return }
+        stopping = true
+        mode.shutdown()
+        children.terminateAll(signal: SIGTERM, grace: 2)
+        peripheral.stop(timeout: 2)
+        bus.flush()
+        loop.stop()
+    }
+}
+
+extension Server {
+    /// blserve's whole life: check the command, connect, pick the adapter, serve.
+    static func main(_ config: ServeConfig) throws(ToolError) {
+        Signals.ignoreSIGPIPE()
+        guard Subprocess.findExecutable(config.command[0]) != nil else {
+            throw ToolError(.unavailable, "\(config.command[0]): command not found")
+        }
+        let loop = EventLoop()
+        let client = try BlueZClient(loop: loop)
+        let adapter: Adapter
+        do {
+            adapter = try client.adapter(named: config.adapter)
+        } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
+            // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
+            throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")
+        }
+        let server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name)
+        try server.run()
+    }
+}

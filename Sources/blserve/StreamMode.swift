@@ -1,0 +1,119 @@
+import BLBlueZ
+import BLCommand
+import BLDBus
+
+/// Stream mode (seeds 001 and 002): one COMMAND for the server's life, started when the first
+/// central subscribes. Its stdout is notified to every subscriber in pieces of at most --chunk
+/// bytes, with flow control: stdout is read only while the notifier has room. While nobody is
+/// subscribed the output is read and discarded, as from a live feed. When the output ends,
+/// --eom notifies "EOM"; once everything is sent blserve exits with COMMAND's result.
+///
+/// A read returns the last value notified (from its offset; past its end: Invalid Offset).
+final class StreamMode: ServeMode {
+    unowned let server: Server
+    private var process: Subprocess?
+    private var stdoutWatch: WatchToken?
+    private var started = false
+    private var finishing = false
+    private(set) var lastValue: [UInt8] = []
+    private var bytesOut = 0
+    private var startTime = 0.0
+
+    init(server: Server) {
+        self.server = server
+        server.notifier.onDrain = { [unowned self] in self.updateWatch() }
+        server.notifier.onSent = { [unowned self] value in self.lastValue = value }
+    }
+
+    private var loop: EventLoop { server.loop }
+    private var subscribed: Bool { server.notifyCharacteristic.notifying }
+
+    func write(_ value: [UInt8], _ options: GattRequestOptions, _ call: IncomingCall) {
+        call.fail(GattError.notSupported("Stream mode takes no writes"))
+    }
+
+    func read(_ options: GattRequestOptions, _ call: IncomingCall) {
+        if options.offset > lastValue.count {
+            call.fail(GattError.invalidOffset())
+            return
+        }
+        call.reply(.bytes(Array(lastValue[options.offset...])))
+    }
+
+    func connectionChanged(device: String, connected: Bool) {}
+
+    func notifyingChanged(_ on: Bool) {
+        if on && !started { start() }
+        updateWatch()
+    }
+
+    func centralsLost() {
+        updateWatch()
+    }
+
+    func shutdown() {
+        if let w = stdoutWatch { loop.remove(w) }
+        stdoutWatch = nil
+    }
+
+    private func start() {
+        started = true
+        startTime = MonotonicClock.seconds()
+        do {
+            process = try server.children.spawn(server.config.command, environment: server.environment(device: nil),
+                                               stdin: .null, stdout: .pipe, stderr: .inherit)
+        } catch {
+            server.shutdown(ToolError(.unavailable, "cannot run \(server.config.command[0]): \(error)"))
+            return
+        }
+        server.debug("started \(server.config.command[0]) (pid \(process!.pid))")
+        process!.onExit = { [unowned self] _ in self.checkEnded() }
+    }
+
+    private func updateWatch() {
+        guard let process, process.stdoutFD >= 0, !server.stopping else { return }
+        let want = !subscribed || server.notifier.pendingBytes < server.notifier.lowWater
+        if want, stdoutWatch == nil {
+            stdoutWatch = loop.watch(fd: process.stdoutFD, events: .readable) { [unowned self] _ in self.drain() }
+        } else if !want, let w = stdoutWatch {
+            loop.remove(w)
+            stdoutWatch = nil
+        }
+    }
+
+    private func drain() {
+        guard let process, process.stdoutFD >= 0 else { return }
+        let buffer = server.buffer.bytes
+        let n: Int
+        do {
+            n = try FileIO.read(process.stdoutFD, into: buffer)
+        } catch {
+            if error == .again { return }
+            n = 0
+        }
+        if n == 0 {
+            if let w = stdoutWatch { loop.remove(w) }
+            stdoutWatch = nil
+            process.closeStdout()
+            checkEnded()
+            return
+        }
+        if subscribed {
+            bytesOut += n
+            server.notifier.enqueue(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])),
+                                    chunk: server.notificationSize(for: nil))
+        }
+        updateWatch()
+    }
+
+    private func checkEnded() {
+        guard !finishing, let process, let status = process.status, process.stdoutFD < 0 else { return }
+        finishing = true
+        if server.config.eom { server.notifier.enqueue(Array("EOM".utf8), chunk: 3) }
+        let ms = Int(((MonotonicClock.seconds() - startTime) * 1000).rounded())
+        server.debug("\(server.config.command[0]) ended: \(status), \(bytesOut) bytes notified, \(ms) ms")
+        server.notifier.flush { [unowned self] in
+            self.server.shutdown(status.succeeded ? nil : ToolError(.failure, "\(self.server.config.command[0]) ended with \(status)"))
+        }
+    }
+}

@@ -1,0 +1,5 @@
+import BLCommand
+
+Tool.run(BlserveCommand.spec) { options in
+    try Server.main(try ServeConfig(options))
+}

@@ -1,0 +1,167 @@
+import XCTest
+import Glibc
+@testable import BLCommand
+
+final class SubprocessTests: XCTestCase {
+    private var loop: EventLoop!
+    private var children: ChildProcesses!
+
+    override func setUpWithError() throws {
+        loop = EventLoop()
+        children = try ChildProcesses(loop: loop)
+    }
+
+    override func tearDown() {
+        children?.terminateAll(signal: SIGKILL, grace: 1)
+        children = nil
+        loop = nil
+    }
+
+    /// Reads a child's stdout to its end on the loop.
+    private func readAll(_ child: Subprocess, timeout: Double = 10) -> [UInt8] {
+        var out: [UInt8] = []
+        var done = false
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let token = loop.watch(fd: child.stdoutFD, events: .readable) { _ in
+            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }) ?? 0
+            if n == 0 { done = true } else { out += buffer[0..<n] }
+        }
+        XCTAssertTrue(loop.run(until: { done }, timeout: timeout), "stdout did not end")
+        loop.remove(token)
+        child.closeStdout()
+        return out
+    }
+
+    private func waitExit(_ child: Subprocess, timeout: Double = 10) -> ProcessStatus? {
+        _ = loop.run(until: { child.status != nil }, timeout: timeout)
+        return child.status
+    }
+
+    func testRunsArgvDirectlyWithPipes() throws {
+        let child = try children.spawn(["printf", "%s|%s", "a b", "$(echo no)"])
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "a b|$(echo no)")
+        XCTAssertEqual(waitExit(child), .exited(0))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testStdinPipeAndExitStatus() throws {
+        let child = try children.spawn(["sh", "-c", "read x; echo got:$x; exit 7"])
+        try FileIO.writeAll(child.stdinFD, "line\n")
+        child.closeStdin()
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "got:line\n")
+        XCTAssertEqual(waitExit(child), .exited(7))
+        XCTAssertEqual(child.status?.description, "exit status 7")
+    }
+
+    func testOnExitIsCalledOnceFromTheLoop() throws {
+        let child = try children.spawn(["true"], stdin: .null, stdout: .null)
+        var calls: [ProcessStatus] = []
+        child.onExit = { calls.append($0) }
+        XCTAssertTrue(loop.run(until: { !calls.isEmpty }, timeout: 10))
+        _ = loop.run(until: { false }, timeout: 0.3)
+        XCTAssertEqual(calls, [.exited(0)])
+    }
+
+    func testEnvironmentAdditionsReplaceInheritedValues() throws {
+        let child = try children.spawn(["sh", "-c", "printf '%s,%s' \"$BL_TEST_VALUE\" \"$PATH\""],
+                                       environment: [("BL_TEST_VALUE", "x y"), ("PATH", "/usr/bin:/bin")])
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "x y,/usr/bin:/bin")
+    }
+
+    func testChildGetsItsOwnProcessGroupAndGroupKillReachesGrandchildren() throws {
+        let child = try children.spawn(["sh", "-c", "sleep 30 & echo $!; wait"], stdin: .null)
+        // Read the grandchild's pid (the first line), then kill the group.
+        var line: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64)
+        XCTAssertTrue(loop.run(until: {
+            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }) ?? 0
+            line += buffer[0..<max(n, 0)]
+            return line.contains(10)
+        }, timeout: 10))
+        let grandchild = pid_t(String(decoding: line.prefix { $0 != 10 }, as: UTF8.self))!
+        XCTAssertEqual(getpgid(child.pid), child.pid)
+        XCTAssertEqual(getpgid(grandchild), child.pid)
+        child.signalGroup(SIGKILL)
+        XCTAssertEqual(waitExit(child), .signaled(SIGKILL))
+        // The grandchild is not our child (sh's): wait until it is gone.
+        XCTAssertTrue(loop.run(until: { kill(grandchild, 0) != 0 }, timeout: 5), "grandchild survived")
+        XCTAssertEqual(child.status?.description, "killed by signal 9 (SIGKILL)")
+    }
+
+    func testChildStartsWithDefaultSignalsAndAnEmptyMask() throws {
+        // The loop blocks SIGCHLD (and this test process may ignore SIGPIPE): the child must not inherit that.
+        _ = try loop.onSignal(SIGTERM) { _ in }
+        let child = try children.spawn(["sh", "-c", "grep -E '^(SigBlk|SigIgn)' /proc/self/status"], stdin: .null)
+        let text = String(decoding: readAll(child), as: UTF8.self)
+        XCTAssertTrue(text.contains("SigBlk:\t0000000000000000"), text)
+        // SIGPIPE (bit 13) is not ignored.
+        let ignored = text.split(separator: "\n").first { $0.hasPrefix("SigIgn") }.map { UInt64($0.split(separator: "\t")[1], radix: 16) ?? 0 } ?? 0
+        XCTAssertEqual(ignored & (1 << 12), 0, text)
+    }
+
+    func testSpawnFailureIsThrown() {
+        XCTAssertThrowsError(try children.spawn(["/nonexistent/program"])) { error in
+            XCTAssertEqual(error as? Errno, Errno(ENOENT))
+        }
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testNoDescriptorsLeakIntoTheChild() throws {
+        var fds: [Int32] = [-1, -1]
+        XCTAssertEqual(pipe(&fds), 0)
+        try FileIO.setCloseOnExec(fds[0])
+        try FileIO.setCloseOnExec(fds[1])
+        defer { FileIO.close(fds[0]); FileIO.close(fds[1]) }
+        let child = try children.spawn(["sh", "-c", "ls /proc/self/fd"], stdin: .null)
+        let names = String(decoding: readAll(child), as: UTF8.self).split(separator: "\n").map(String.init)
+        // ls's own descriptor for the directory takes the lowest free number (3 if nothing leaked).
+        for fd in fds where fd > 3 {
+            XCTAssertFalse(names.contains(String(fd)), "descriptor \(fd) leaked into the child: \(names)")
+        }
+    }
+
+    func testTerminateAllEndsEveryChild() throws {
+        let a = try children.spawn(["sleep", "30"], stdin: .null, stdout: .null)
+        let b = try children.spawn(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"], stdin: .null)
+        // Only once the trap is set does SIGTERM mean nothing to it.
+        var seen: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16)
+        XCTAssertTrue(loop.run(until: {
+            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(b.stdoutFD, into: $0) }) ?? 0
+            seen += buffer[0..<max(n, 0)]
+            return seen.contains(10)
+        }, timeout: 10))
+        let started = MonotonicClock.seconds()
+        children.terminateAll(signal: SIGTERM, grace: 0.5)
+        XCTAssertEqual(a.status, .signaled(SIGTERM))
+        XCTAssertEqual(b.status, .signaled(SIGKILL))
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 4)
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testManyShortChildrenAreAllReaped() throws {
+        var ended = 0
+        for _ in 0..<50 {
+            let child = try children.spawn(["true"], stdin: .null, stdout: .null)
+            child.onExit = { _ in ended += 1 }
+        }
+        XCTAssertTrue(loop.run(until: { ended == 50 }, timeout: 20))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testFindExecutable() {
+        XCTAssertNotNil(Subprocess.findExecutable("sh"))
+        XCTAssertEqual(Subprocess.findExecutable("/bin/sh"), "/bin/sh")
+        XCTAssertNil(Subprocess.findExecutable("/etc/passwd"))  // not executable
+        XCTAssertNil(Subprocess.findExecutable("no-such-program-blpipe"))
+        XCTAssertNil(Subprocess.findExecutable(""))
+    }
+
+    func testStatusDecoding() {
+        XCTAssertEqual(ProcessStatus(waitStatus: 0), .exited(0))
+        XCTAssertEqual(ProcessStatus(waitStatus: 3 << 8), .exited(3))
+        XCTAssertEqual(ProcessStatus(waitStatus: SIGKILL), .signaled(SIGKILL))
+        XCTAssertTrue(ProcessStatus.exited(0).succeeded)
+        XCTAssertFalse(ProcessStatus.signaled(SIGTERM).succeeded)
+    }
+}

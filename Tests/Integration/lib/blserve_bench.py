@@ -1,0 +1,85 @@
+"""Central side of scripts/bench-blserve, with bleak (run with the bleak venv's python).
+
+  blserve_bench.py latency ADAPTER ADDRESS COUNT
+      COUNT requests of a 10-byte T frame (T0000002hi), each written as the seed client does and
+      answered through the doorbell and reads; prints one JSON line with every latency (seconds).
+  blserve_bench.py bulk ADAPTER ADDRESS SIZE
+      NUS layout: writes SIZE random bytes to RX with write commands and waits for the notification
+      "done"; then writes "GO" and collects SIZE bytes of notifications from TX. Prints one JSON
+      line with both durations (seconds, from the first write to the last byte)."""
+import asyncio
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from blserve_client import MAX_PIECE, NUS_RX, NUS_SERVICE, NUS_TX, SeedClient, check, connect_bleak, run  # noqa: E402
+
+
+async def latency(adapter, address, count):
+    client = SeedClient(adapter, address)
+    await client.connect()
+    times = []
+    try:
+        for i in range(count + 3):
+            start = time.monotonic()
+            code, body = await client.request("T", "hi", timeout=30)
+            took = time.monotonic() - start
+            check(code == "T" and body.endswith(b"hi"), "request %d: got %s %r" % (i, code, body))
+            if i >= 3:  # the first requests warm up caches on both sides
+                times.append(took)
+    finally:
+        await client.disconnect()
+    print(json.dumps({"latencies": times}), flush=True)
+
+
+async def bulk(adapter, address, size):
+    data = os.urandom(size)
+    received = bytearray()
+    done = asyncio.Event()
+    full = asyncio.Event()
+    mode = ["upload"]
+
+    def on_notify(_char, value):
+        if mode[0] == "upload":
+            if bytes(value) == b"done":
+                done.set()
+            return
+        received.extend(value)
+        if len(received) >= size:
+            full.set()
+
+    client = await connect_bleak(adapter, address, NUS_SERVICE, NUS_RX)
+    try:
+        rx = client.services.get_characteristic(NUS_RX)
+        tx = client.services.get_characteristic(NUS_TX)
+        await client.start_notify(tx, on_notify)
+        piece = min(rx.max_write_without_response_size, MAX_PIECE)
+        start = time.monotonic()
+        for i in range(0, size, piece):
+            await client.write_gatt_char(rx, data[i:i + piece], response=False)
+        await asyncio.wait_for(done.wait(), 300)
+        upload = time.monotonic() - start
+        mode[0] = "download"
+        start = time.monotonic()
+        await client.write_gatt_char(rx, b"GO", response=False)
+        await asyncio.wait_for(full.wait(), 300)
+        download = time.monotonic() - start
+    finally:
+        await client.disconnect()
+    print(json.dumps({"upload": upload, "download": download, "piece": piece, "bytes": len(received)}), flush=True)
+
+
+def main():
+    what, adapter, address, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    if what == "latency":
+        run(latency(adapter, address, n), 900)
+    elif what == "bulk":
+        run(bulk(adapter, address, n), 900)
+    else:
+        sys.exit("latency or bulk")
+
+
+if __name__ == "__main__":
+    main()

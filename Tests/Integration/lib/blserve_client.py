@@ -1,0 +1,461 @@
+"""Helpers for the blserve integration tests: a central that behaves like the seed 000 iOS app,
+built on bleak (a BLE library this project did not write), and a way to run blserve.
+
+Run with the bleak venv's python (scripts/bench/setup-bleak prints it); tests re-execute
+themselves with it through ensure_bleak(). Every wait is bounded.
+
+The seed client (seed-protocol.md, 000 client):
+  * writes a frame in pieces, each a write with response;
+  * appends every notification and every read response to one stream parser, and after each
+    value update reads the characteristic again until a read returns an empty value;
+  * the parser skips bytes that are not N/T/U/I, reads 7 size digits, then the body; an N frame
+    (size 0) completes at once.
+"""
+
+import asyncio
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+SETUP_BLEAK = os.path.join(PROJECT, "scripts", "bench", "setup-bleak")
+
+SEED_SERVICE = "54f06857-695e-47e4-aea8-c78184ad6c75"
+SEED_CHAR = "30a5f1bb-61dc-45f0-9c52-2218d080fa77"
+NUS_SERVICE = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
+NUS_RX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+
+# A BlueZ 5.66 peripheral refuses single writes over 510 bytes (bluez-notes §9.1), so pieces are
+# min(MTU-3, 510): what the seed client's "MTU-3 pieces" become on this bench.
+MAX_PIECE = 510
+
+_T0 = time.monotonic()
+
+
+def log(*parts):
+    print("[%7.3f]" % (time.monotonic() - _T0), *parts, flush=True)
+
+
+def fail(message):
+    log("FAILED:", message)
+    sys.exit(1)
+
+
+def check(condition, message):
+    if not condition:
+        fail(message)
+
+
+def ensure_bleak():
+    """Re-execute this test under the bleak venv's python unless bleak imports already."""
+    try:
+        import bleak  # noqa: F401
+        return
+    except ImportError:
+        pass
+    if os.environ.get("BL_BLEAK_REEXEC"):
+        fail("bleak does not import even in the bleak venv")
+    try:
+        out = subprocess.run([SETUP_BLEAK], check=True, capture_output=True, text=True, timeout=600)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        print("cannot install bleak: %s" % exc, file=sys.stderr)
+        sys.exit(77)
+    python = out.stdout.strip().splitlines()[-1]
+    os.environ["BL_BLEAK_REEXEC"] = "1"
+    os.execv(python, [python] + sys.argv)
+
+
+def env_adapter(letter):
+    name = os.environ.get("BL_ADAPTER_" + letter)
+    addr = os.environ.get("BL_ADDR_" + letter)
+    if not name or not addr:
+        print("needs adapter %s: run under scripts/bench/vm-run --adapters N" % letter)
+        sys.exit(77)
+    return name, addr
+
+
+def build_dir():
+    """Where the built tools are (.build/debug unless BL_BIN says otherwise)."""
+    d = os.environ.get("BL_BIN") or os.path.join(PROJECT, ".build", "debug")
+    if not os.path.exists(os.path.join(d, "blserve")):
+        fail("no blserve in %s: run swift build first" % d)
+    return d
+
+
+def remove_device(adapter, address):
+    """Make `adapter` forget `address` (its GATT cache too), so every test starts clean."""
+    path = "/org/bluez/%s/dev_%s" % (adapter, address.upper().replace(":", "_"))
+    subprocess.run(["timeout", "15", "dbus-send", "--system", "--print-reply", "--dest=org.bluez",
+                    "/org/bluez/" + adapter, "org.bluez.Adapter1.RemoveDevice", "objpath:" + path],
+                   capture_output=True)
+
+
+# ---------------------------------------------------------------------------------------
+# blserve
+
+
+class Blserve:
+    """A running blserve (its stderr goes to a log file, shown on failure)."""
+
+    def __init__(self, adapter, command, options=(), env=None, name="blserve-test"):
+        self.adapter = adapter
+        bindir = build_dir()
+        self.log_path = tempfile.mktemp(prefix="blserve-", suffix=".log")
+        self.log_file = open(self.log_path, "wb")
+        full_env = dict(os.environ)
+        full_env["PATH"] = bindir + ":" + os.path.join(PROJECT, "examples") + ":" + full_env.get("PATH", "")
+        if env:
+            full_env.update(env)
+        argv = [os.path.join(bindir, "blserve"), "-v", "-a", adapter, "-n", name] + list(options) + ["--"] + list(command)
+        log("starting:", " ".join(argv[1:]))
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self.log_file, env=full_env, start_new_session=True)
+
+    def log_text(self):
+        if not self.log_file.closed:
+            self.log_file.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_registered(self, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log_text()
+            if "registered on" in text:
+                return
+            if self.proc.poll() is not None:
+                fail("blserve exited with %s before registering:\n%s" % (self.proc.returncode, text))
+            time.sleep(0.1)
+        fail("blserve did not register within %ss:\n%s" % (timeout, self.log_text()))
+
+    def wait_log(self, needle, timeout, after=0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.log_text()[after:]:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        """Signal it and wait; returns the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+                fail("blserve did not stop within %ss of %s:\n%s" % (timeout, sig, self.log_text()))
+        self.log_file.close()
+        return self.proc.returncode
+
+    def dump(self):
+        print("---- blserve log ----")
+        print(self.log_text())
+        print("----")
+
+
+# ---------------------------------------------------------------------------------------
+# The seed client
+
+
+async def connect_bleak(adapter, address, service, char, timeout=60):
+    """A connected BleakClient for `address` on `adapter` (see blserve_connect.py for why the
+    link is made with python3-dbus first)."""
+    from bleak import BleakClient
+    from bleak.backends.device import BLEDevice
+    proc = await asyncio.create_subprocess_exec("/usr/bin/python3", os.path.join(HERE, "blserve_connect.py"),
+                                                adapter, address, service, char,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout + 60)
+    except asyncio.TimeoutError:
+        proc.kill()
+        fail("connecting %s to %s took too long" % (adapter, address))
+    if proc.returncode != 0:
+        fail("%s could not connect to %s: %s" % (adapter, address, err.decode(errors="replace")[-2000:]))
+    path = out.decode().strip().splitlines()[-1]
+    client = BleakClient(BLEDevice(address, None, {"path": path, "props": None}), timeout=timeout,
+                         bluez={"adapter": adapter})
+    await asyncio.wait_for(client.connect(), timeout + 5)
+    return client
+
+
+class FrameParser:
+    """The seed app's stream parser."""
+
+    CODES = b"NTUI"
+
+    def __init__(self):
+        self.buffer = bytearray()
+        self.frames = []  # (code, body) with code a str
+
+    def feed(self, data):
+        self.buffer += data
+        while True:
+            # Skip bytes that cannot start a frame.
+            while self.buffer and self.buffer[0] not in self.CODES:
+                del self.buffer[0]
+            if len(self.buffer) < 8:
+                return
+            digits = bytes(self.buffer[1:8])
+            if not digits.isdigit():
+                del self.buffer[0]
+                continue
+            size = int(digits)
+            if len(self.buffer) < 8 + size:
+                return
+            code = chr(self.buffer[0])
+            body = bytes(self.buffer[8:8 + size])
+            del self.buffer[:8 + size]
+            self.frames.append((code, body))
+
+
+class SeedClient:
+    """One central, as the seed iOS app: connect, subscribe, write frames, read until empty."""
+
+    def __init__(self, adapter, server_address, service=SEED_SERVICE, char=SEED_CHAR, notify_char=None):
+        self.adapter = adapter
+        self.server_address = server_address
+        self.service = service
+        self.char_uuid = char
+        self.notify_uuid = notify_char or char
+        self.parser = FrameParser()
+        self.client = None
+        self.reading = False
+        self.read_again = False
+        self.reads = 0
+        self.notifications = 0
+        self.errors = []
+        self.frame_event = asyncio.Event()
+
+    async def connect(self, timeout=60):
+        self.client = await connect_bleak(self.adapter, self.server_address, self.service, self.char_uuid, timeout)
+        services = self.client.services
+        self.char = services.get_characteristic(self.char_uuid)
+        self.notify_char = services.get_characteristic(self.notify_uuid)
+        if self.char is None or self.notify_char is None:
+            fail("characteristic %s/%s not found on %s" % (self.char_uuid, self.notify_uuid, self.server_address))
+        self.piece = min(self.char.max_write_without_response_size, MAX_PIECE)
+        # AcquireNotify: a read's result then does not also arrive as a notification (bluez-notes §0.4).
+        await asyncio.wait_for(self.client.start_notify(self.notify_char, self._on_notify,
+                                                        bluez={"use_start_notify": False}), 15)
+        log("%s connected to %s, pieces of %d bytes" % (self.adapter, self.server_address, self.piece))
+
+    async def disconnect(self):
+        # Let the chain of reads end first: BlueZ 5.66 can die when a central disconnects while
+        # one of its reads is still waiting for the peripheral's answer (seen on the bench: the
+        # bluetoothd log stops at "Read Complete: err -110").
+        deadline = time.monotonic() + 10
+        while self.reading and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.client is not None:
+            # Give the AcquireNotify socket back while the link is up: bluetoothd 5.66 died on
+            # the bench when a central's notify socket closed after its link was gone
+            # (the log ends in gatt-client.c sock_hup()).
+            try:
+                await asyncio.wait_for(self.client.stop_notify(self.notify_char), 10)
+            except Exception as exc:  # noqa: BLE001 - only matters for the log
+                log("stop_notify:", exc)
+            try:
+                await asyncio.wait_for(self.client.disconnect(), 15)
+            except Exception as exc:  # noqa: BLE001 - a failed disconnect only matters for the log
+                log("disconnect:", exc)
+
+    def _on_notify(self, _char, data):
+        self.notifications += 1
+        self._value(bytes(data))
+
+    def _value(self, data):
+        before = len(self.parser.frames)
+        self.parser.feed(data)
+        if len(self.parser.frames) != before:
+            self.frame_event.set()
+        # After every value update the app reads again (one chain at a time here).
+        if self.reading:
+            self.read_again = True
+        else:
+            asyncio.get_running_loop().create_task(self._read_chain())
+
+    async def _read_chain(self):
+        self.reading = True
+        try:
+            while True:
+                try:
+                    value = await asyncio.wait_for(self.client.read_gatt_char(self.notify_char), 20)
+                except Exception as exc:  # noqa: BLE001 - recorded, the test decides
+                    self.errors.append("read: %s" % exc)
+                    return
+                self.reads += 1
+                if value:
+                    before = len(self.parser.frames)
+                    self.parser.feed(bytes(value))
+                    if len(self.parser.frames) != before:
+                        self.frame_event.set()
+                    continue
+                if self.read_again:
+                    self.read_again = False
+                    continue
+                return
+        finally:
+            self.reading = False
+
+    async def write_frame(self, frame):
+        for i in range(0, len(frame), self.piece):
+            await asyncio.wait_for(self.client.write_gatt_char(self.char, frame[i:i + self.piece], response=True), 20)
+
+    async def write_raw(self, data):
+        """One write with response; returns None or the exception."""
+        try:
+            await asyncio.wait_for(self.client.write_gatt_char(self.char, data, response=True), 20)
+            return None
+        except Exception as exc:  # noqa: BLE001 - returned for the test to check
+            return exc
+
+    async def next_frame(self, timeout=30, skip_n=True):
+        """The next frame parsed (N frames skipped unless skip_n is false)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while self.parser.frames:
+                code, body = self.parser.frames.pop(0)
+                if code == "N" and skip_n:
+                    continue
+                return code, body
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no reply frame within %ss (reads %d, notifications %d, errors %s)" %
+                                   (timeout, self.reads, self.notifications, self.errors))
+            self.frame_event.clear()
+            try:
+                await asyncio.wait_for(self.frame_event.wait(), min(left, 1.0))
+            except asyncio.TimeoutError:
+                pass
+
+    async def request(self, code, body, timeout=30):
+        if isinstance(body, str):
+            body = body.encode()
+        frame = code.encode() + b"%07d" % len(body) + body
+        await self.write_frame(frame)
+        return await self.next_frame(timeout)
+
+
+def op_request(code, body, timeout=30):
+    if isinstance(body, str):
+        body = body.encode()
+    return {"op": "request", "code": code, "body": body.hex(), "timeout": timeout}
+
+
+def op_write(data):
+    return {"op": "write", "data": data.hex()}
+
+
+def op_read():
+    return {"op": "read"}
+
+
+async def run_central(adapter, address, ops, timeout=300):
+    """Run `ops` as one central in its own process (blserve_central.py); returns the results, one
+    dict per operation, with request bodies decoded back to bytes."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, os.path.join(HERE, "blserve_central.py"),
+                                                adapter, address, __import__("json").dumps(ops),
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        fail("central %s took more than %ss" % (adapter, timeout))
+    import json
+    results = []
+    for line in out.decode(errors="replace").splitlines():
+        if line.startswith("{"):
+            result = json.loads(line)
+            if "body" in result:
+                result["body"] = bytes.fromhex(result["body"])
+            if "value" in result:
+                result["value"] = bytes.fromhex(result["value"])
+            results.append(result)
+        else:
+            print("  %s| %s" % (adapter, line))
+    if proc.returncode != 0 or len(results) < len(ops):
+        fail("central %s ended with status %s after %d of %d operations: %s" %
+             (adapter, proc.returncode, len(results), len(ops), results[-1:] if results else out.decode()[-2000:]))
+    return results
+
+
+def frame(code, body):
+    if isinstance(body, str):
+        body = body.encode()
+    return code.encode() + b"%07d" % len(body) + body
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_png(width=64, height=48, seed=1):
+    """A small valid PNG made here (zlib + CRCs), different for each seed."""
+    import struct
+    import zlib
+    rows = bytearray()
+    for y in range(height):
+        rows.append(0)
+        for x in range(width):
+            rows += bytes(((x * 7 + seed) & 255, (y * 5 + seed * 3) & 255, ((x ^ y) + seed) & 255))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(rows))) + chunk(b"IEND", b"")
+
+
+class HTTPServer:
+    """python -m http.server on 127.0.0.1 serving a temporary directory."""
+
+    def __init__(self, files):
+        self.dir = tempfile.mkdtemp(prefix="blserve-http-")
+        for name, data in files.items():
+            with open(os.path.join(self.dir, name), "wb") as f:
+                f.write(data)
+        import socket
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        self.port = s.getsockname()[1]
+        s.close()
+        self.proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(self.port)],
+                                     cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                c = socket.create_connection(("127.0.0.1", self.port), 0.5)
+                c.close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        fail("the HTTP server did not start")
+
+    def url(self, name):
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run(coro, timeout):
+    """Run the test's coroutine with an overall bound."""
+    async def bounded():
+        return await asyncio.wait_for(coro, timeout)
+    return asyncio.run(bounded())

@@ -1,0 +1,124 @@
+#!/usr/bin/python3
+"""The baseline peripheral for scripts/bench-blserve: the seed 000 protocol in one Python process
+(python3-dbus, real bluetoothd), answering in-process instead of running a command per request.
+
+  blserve_pyecho.py ADAPTER frame   T frames are echoed back as T frames: per-central reassembly,
+                                    a per-central reply queue, an N0000000 doorbell, reads in
+                                    pieces of min(MTU-3, 512) — what blserve does, minus the process.
+  blserve_pyecho.py ADAPTER bulk N  NUS layout with write-without-response: counts what is written
+                                    to RX and notifies "done" on TX once N bytes have come; the write
+                                    "GO" makes it notify N bytes on TX in pieces of min(MTU-5, 512).
+
+Prints "ready" once registered and advertising; runs until SIGTERM."""
+import os
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dbus  # noqa: E402
+from bench import Adapter, Advertisement, Application, Bench  # noqa: E402
+from gi.repository import GLib  # noqa: E402
+
+SEED_SERVICE = "54f06857-695e-47e4-aea8-c78184ad6c75"
+SEED_CHAR = "30a5f1bb-61dc-45f0-9c52-2218d080fa77"
+NUS_SERVICE = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
+NUS_RX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+
+
+class Central:
+    def __init__(self):
+        self.buffer = bytearray()
+        self.replies = []  # bytes, oldest first
+        self.piece = b""
+
+
+def frame_server(bench, adapter):
+    app = Application(bench)
+    chrc = app.add_service(SEED_SERVICE).add_characteristic(SEED_CHAR)
+    centrals = {}
+
+    def on_write(central, data, options):
+        state = centrals.setdefault(central, Central())
+        state.buffer += data
+        while len(state.buffer) >= 8:
+            size = int(bytes(state.buffer[1:8]))
+            if len(state.buffer) < 8 + size:
+                break
+            body = bytes(state.buffer[8:8 + size])
+            del state.buffer[:8 + size]
+            state.replies.append(b"T%07d" % len(body) + body)
+            chrc.notify(b"N0000000")
+
+    def on_read(central, options):
+        state = centrals.setdefault(central, Central())
+        offset = int(options.get("offset", 0))
+        if offset:
+            return state.piece  # the characteristic slices it at the offset
+        if not state.replies:
+            state.piece = b""
+            return b""
+        n = min(int(options.get("mtu", 23)) - 3, 512)
+        state.piece, state.replies[0] = state.replies[0][:n], state.replies[0][n:]
+        if not state.replies[0]:
+            state.replies.pop(0)
+        return state.piece
+
+    chrc.on_write = on_write
+    chrc.on_read = on_read
+    app.register(adapter)
+    adv = Advertisement(bench, [SEED_SERVICE], "pyecho")
+    adv.register(adapter)
+    return app, adv
+
+
+def bulk_server(bench, adapter, total):
+    app = Application(bench)
+    service = app.add_service(NUS_SERVICE)
+    rx = service.add_characteristic(NUS_RX, ("write", "write-without-response"))
+    tx = service.add_characteristic(NUS_TX, ("read", "notify"))
+    received = [0]
+
+    def on_write(central, data, options):
+        if data == b"GO":
+            mtu = int(options.get("mtu", 23))
+            piece = min(mtu - 5, 512)
+            chunk = os.urandom(piece)
+            for i in range(0, total, piece):
+                tx.notify(chunk[:min(piece, total - i)])
+            return
+        received[0] += len(data)
+        if received[0] >= total:
+            received[0] = 0
+            tx.notify(b"done")
+
+    rx.on_write = on_write
+    tx.on_read = lambda central, options: b"%d" % received[0]
+    app.register(adapter)
+    adv = Advertisement(bench, [NUS_SERVICE], "pybulk")
+    adv.register(adapter)
+    return app, adv
+
+
+def main():
+    adapter_name, mode = sys.argv[1], sys.argv[2]
+    bench = Bench()
+    adapter = Adapter(bench, adapter_name)
+    if mode == "frame":
+        keep = frame_server(bench, adapter)
+    elif mode == "bulk":
+        keep = bulk_server(bench, adapter, int(sys.argv[3]))
+    else:
+        sys.exit("mode must be frame or bulk")
+    print("ready", flush=True)
+    loop = GLib.MainLoop()
+    signal.signal(signal.SIGTERM, lambda *_: loop.quit())
+    signal.signal(signal.SIGINT, lambda *_: loop.quit())
+    # Let Python see the signals while GLib waits.
+    GLib.timeout_add(200, lambda: True)
+    loop.run()
+    del keep
+
+
+if __name__ == "__main__":
+    main()

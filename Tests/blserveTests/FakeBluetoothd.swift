@@ -1,0 +1,187 @@
+import XCTest
+import BLBlueZ
+import BLCommand
+import BLDBus
+
+/// A stand-in for bluetoothd on a private bus, for unit tests only (the integration suite on the
+/// bench uses the real one). It owns `org.bluez`, offers adapter `hci0` with GattManager1 and
+/// LEAdvertisingManager1, and registers like bluetoothd does: RegisterApplication reads the
+/// application's objects with GetManagedObjects before it answers, RegisterAdvertisement reads
+/// the advertisement with Properties.GetAll (bluez-notes §3.1, §4.1). It then plays the centrals:
+/// `write`/`read` call the server's characteristic the way bluetoothd does, with the `device` and
+/// `mtu` options, and `notifications` collects the Value changes the server emits.
+final class FakeBluetoothd {
+    let address: String
+    let loop: EventLoop
+    private(set) var connection: DBusConnection!
+    private var tree: ExportedObjectTree!
+
+    /// (sender, app path) → the objects its GetManagedObjects returned.
+    private(set) var applications: [String: [String: [String: [String: DBusValue]]]] = [:]
+    /// (sender, path) → the advertisement's properties.
+    private(set) var advertisements: [String: [String: DBusValue]] = [:]
+    private(set) var registerCalls = 0
+    /// Values of the server's PropertiesChanged(Value) signals, in order.
+    private(set) var notifications: [[UInt8]] = []
+    private var notificationToken: SubscriptionToken?
+    private var adapterObject: ExportedObject?
+    var serverName = ""
+
+    static let adapterPath = "/org/bluez/hci0"
+    static let charPath = "/org/blpipe/blserve/service0/char0"
+
+    init(address: String, loop: EventLoop) throws {
+        self.address = address
+        self.loop = loop
+        try connect()
+    }
+
+    private func connect() throws {
+        connection = try DBusConnection(address: address, loop: loop)
+        tree = ExportedObjectTree(root: "/")
+        let adapter = ExportedObject(path: Self.adapterPath, interfaces: [
+            ExportedInterface(BlueZ.adapterInterface)
+                .property("Address") { .string("00:AA:01:00:00:00") }
+                .property("Powered") { .bool(true) },
+            ExportedInterface(BlueZ.gattManagerInterface)
+                .method("RegisterApplication", inSignature: "oa{sv}") { [unowned self] call in self.registerApplication(call) }
+                .method("UnregisterApplication", inSignature: "o") { [unowned self] call in
+                    self.applications[(call.sender ?? "") + (call.arguments[0].objectPath ?? "")] = nil
+                    call.reply([])
+                },
+            ExportedInterface(BlueZ.advertisingManagerInterface)
+                .method("RegisterAdvertisement", inSignature: "oa{sv}") { [unowned self] call in self.registerAdvertisement(call) }
+                .method("UnregisterAdvertisement", inSignature: "o") { [unowned self] call in
+                    self.advertisements[(call.sender ?? "") + (call.arguments[0].objectPath ?? "")] = nil
+                    call.reply([])
+                },
+        ])
+        try tree.add(adapter, announce: false)
+        try connection.export(tree)
+        XCTAssertEqual(try connection.requestName(BlueZ.service), .primaryOwner)
+    }
+
+    /// Simulates a bluetoothd restart: the old connection (and with it every registration) goes,
+    /// a new one takes org.bluez.
+    func restart() throws {
+        connection.close()
+        connection = nil
+        applications.removeAll()
+        advertisements.removeAll()
+        notificationToken = nil
+        try connect()
+        if !serverName.isEmpty { try watchNotifications(of: serverName) }
+    }
+
+    private func registerApplication(_ call: IncomingCall) {
+        registerCalls += 1
+        guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
+        connection.call(destination: sender, path: path, interface: DBusInterfaceName.objectManager, member: "GetManagedObjects",
+                        timeout: 5) { [unowned self] result in
+            switch result {
+            case .success(let args):
+                guard let objects = args.first?.managedObjects, !objects.isEmpty else {
+                    return call.fail(name: "org.bluez.Error.Failed", message: "No object received")
+                }
+                self.applications[sender + path] = objects
+                call.reply([])
+            case .failure(let error):
+                call.fail(name: "org.bluez.Error.Failed", message: error.message)
+            }
+        }
+    }
+
+    private func registerAdvertisement(_ call: IncomingCall) {
+        guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
+        connection.call(destination: sender, path: path, interface: DBusInterfaceName.properties, member: "GetAll",
+                        args: [.string(BlueZ.advertisementInterface)], timeout: 5) { [unowned self] result in
+            switch result {
+            case .success(let args):
+                self.advertisements[sender + path] = args.first?.dictionary ?? [:]
+                call.reply([])
+            case .failure:
+                call.fail(name: "org.bluez.Error.Failed", message: "Failed to register advertisement")
+            }
+        }
+    }
+
+    /// Collects the Value changes `server` emits (what bluetoothd turns into notifications).
+    func watchNotifications(of server: String) throws {
+        serverName = server
+        notificationToken = try connection.subscribePropertiesChanged(sender: server, pathNamespace: "/org/blpipe") {
+            [unowned self] _, interface, changed, _ in
+            if interface == BlueZ.gattCharacteristicInterface, let value = changed["Value"]?.bytes {
+                self.notifications.append(value)
+            }
+        }
+    }
+
+    // MARK: - Playing the centrals
+
+    static func device(_ n: Int) -> String { "/org/bluez/hci0/dev_00_00_00_00_00_0\(n)" }
+
+    private func options(_ device: String, mtu: Int, offset: Int) -> DBusValue {
+        var o: [String: DBusValue] = ["device": .objectPath(device), "mtu": .uint16(UInt16(mtu)), "link": .string("LE")]
+        if offset > 0 { o["offset"] = .uint16(UInt16(offset)) }
+        return .stringDict(o)
+    }
+
+    func write(_ value: [UInt8], from device: String, mtu: Int = 185, offset: Int = 0, path: String = charPath) -> Result<Void, DBusError> {
+        Result { () throws(DBusError) in
+            _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                           member: "WriteValue", args: [.bytes(value), options(device, mtu: mtu, offset: offset)],
+                                           timeout: 5)
+        }
+    }
+
+    func read(from device: String, mtu: Int = 185, offset: Int = 0, path: String = charPath) -> Result<[UInt8], DBusError> {
+        Result { () throws(DBusError) in
+            let reply = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                                   member: "ReadValue", args: [options(device, mtu: mtu, offset: offset)], timeout: 5)
+            return reply.first?.bytes ?? []
+        }
+    }
+
+    /// Reads until an empty value, as the seed client does; returns everything read.
+    func readAll(from device: String, mtu: Int = 185, path: String = charPath) -> [UInt8] {
+        var out: [UInt8] = []
+        for _ in 0..<100_000 {
+            guard case .success(let piece) = read(from: device, mtu: mtu, path: path), !piece.isEmpty else { break }
+            out += piece
+        }
+        return out
+    }
+
+    func startNotify(path: String = charPath) throws {
+        _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                       member: "StartNotify", timeout: 5)
+    }
+
+    func stopNotify(path: String = charPath) throws {
+        _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                       member: "StopNotify", timeout: 5)
+    }
+
+    /// Emits Device1.Connected for `device`, as bluetoothd does when a central connects.
+    func setConnected(_ device: String, _ connected: Bool) throws {
+        try tree.emitPropertiesChanged(path: device, interface: BlueZ.deviceInterface, changed: ["Connected": .bool(connected)])
+        // A round trip through the server, so it has seen the signal.
+        _ = try connection.callAndWait(destination: serverName, path: "/", interface: DBusInterfaceName.peer, member: "Ping", timeout: 5)
+    }
+
+    func clearNotifications() { notifications.removeAll() }
+
+    /// The adapter disappears (InterfacesRemoved), as when its controller is unplugged.
+    func removeAdapter() throws {
+        adapterObject = tree.remove(path: Self.adapterPath, announce: false)
+        try tree.emitInterfacesRemoved(path: Self.adapterPath, interfaces: [BlueZ.adapterInterface])
+        applications.removeAll()
+        advertisements.removeAll()
+    }
+
+    /// The adapter comes back (InterfacesAdded).
+    func addAdapter() throws {
+        guard let adapterObject else { return }
+        try tree.add(adapterObject, announce: true)
+    }
+}

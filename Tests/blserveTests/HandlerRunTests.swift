@@ -1,0 +1,139 @@
+import XCTest
+import Glibc
+import BLCommand
+import BLFrame
+@testable import blserve
+
+final class HandlerRunTests: XCTestCase {
+    private var loop: EventLoop!
+    private var children: ChildProcesses!
+    private let buffer = SharedReadBuffer()
+
+    override func setUpWithError() throws {
+        loop = EventLoop()
+        children = try ChildProcesses(loop: loop)
+    }
+
+    override func tearDown() {
+        children?.terminateAll(signal: SIGKILL, grace: 1)
+        children = nil
+        loop = nil
+    }
+
+    private func run(_ argv: [String], input: [UInt8] = [], limit: Int = 1 << 20, timeout: Double = 10,
+                     env: [(String, String)] = [], file: StaticString = #filePath, line: UInt = #line) -> HandlerRun.Outcome? {
+        var outcome: HandlerRun.Outcome?
+        let run = HandlerRun(argv: argv, environment: env, input: input, outputLimit: limit, timeout: timeout,
+                             children: children, buffer: buffer) { outcome = $0 }
+        run.start()
+        if !loop.run(until: { outcome != nil }, timeout: timeout + 10) {
+            XCTFail("the run did not finish", file: file, line: line)
+        }
+        return outcome
+    }
+
+    func testBodyGoesToStdinAndStdoutComesBack() throws {
+        let body = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        let outcome = try XCTUnwrap(run(["cat"], input: body))
+        XCTAssertNil(outcome.failure)
+        XCTAssertEqual(outcome.status, .exited(0))
+        XCTAssertEqual(outcome.output, body)
+    }
+
+    func testEnvironmentIsPassed() throws {
+        let outcome = try XCTUnwrap(run(["sh", "-c", "printf '%s/%s' \"$BL_CODE\" \"$BL_SIZE\""], env: [("BL_CODE", "T"), ("BL_SIZE", "5")]))
+        XCTAssertEqual(String(decoding: outcome.output, as: UTF8.self), "T/5")
+    }
+
+    func testArgumentsAreNotInterpretedByAShell() throws {
+        // If a shell were involved, $HOME and ; would be expanded or split.
+        let outcome = try XCTUnwrap(run(["printf", "%s|", "$HOME;", "`x`", "a b"]))
+        XCTAssertEqual(String(decoding: outcome.output, as: UTF8.self), "$HOME;|`x`|a b|")
+    }
+
+    func testNonZeroExitIsAFailureAndItsOutputIsDropped() throws {
+        let outcome = try XCTUnwrap(run(["sh", "-c", "echo partial; exit 3"]))
+        XCTAssertEqual(outcome.failure, "exit status 3")
+        XCTAssertEqual(outcome.output, [])
+    }
+
+    func testASignalIsAFailure() throws {
+        let outcome = try XCTUnwrap(run(["sh", "-c", "kill -SEGV $$"]))
+        XCTAssertEqual(outcome.status, .signaled(SIGSEGV))
+        XCTAssertEqual(outcome.failure, "killed by signal 11 (SIGSEGV)")
+    }
+
+    func testTimeoutKillsTheWholeProcessGroup() throws {
+        let marker = "/tmp/blserve-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        // The grandchild would create the marker file after 2 s if it survived the kill.
+        let started = MonotonicClock.seconds()
+        let outcome = try XCTUnwrap(run(["sh", "-c", "(sleep 2; touch \(marker)) & sleep 30"], timeout: 0.5))
+        XCTAssertEqual(outcome.failure, "timed out after 0.5 s")
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 5)
+        _ = loop.run(until: { false }, timeout: 2.5)
+        XCTAssertNotEqual(access(marker, F_OK), 0, "a grandchild survived the timeout")
+        unlink(marker)
+    }
+
+    func testBackgroundProcessHoldingStdoutDoesNotDelayTheReply() throws {
+        let started = MonotonicClock.seconds()
+        let outcome = try XCTUnwrap(run(["sh", "-c", "sleep 20 & printf done"], timeout: 10))
+        XCTAssertNil(outcome.failure)
+        XCTAssertEqual(outcome.output, Array("done".utf8))
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 3)
+    }
+
+    func testHandlerThatIgnoresStdinStillWorks() throws {
+        let outcome = try XCTUnwrap(run(["echo", "hi"], input: [UInt8](repeating: 65, count: 1 << 20)))
+        XCTAssertNil(outcome.failure)
+        XCTAssertEqual(outcome.output, Array("hi\n".utf8))
+    }
+
+    func testOutputOverTheLimitIsAFailure() throws {
+        let outcome = try XCTUnwrap(run(["head", "-c", "5000", "/dev/zero"], limit: 4096))
+        XCTAssertEqual(outcome.failure, "reply over 4096 bytes")
+        XCTAssertEqual(outcome.output, [])
+    }
+
+    func testMissingProgramIsReportedNotThrown() throws {
+        let outcome = try XCTUnwrap(run(["/nonexistent/handler"]))
+        XCTAssertNil(outcome.status)
+        XCTAssertEqual(outcome.failure, "cannot run /nonexistent/handler: No such file or directory")
+    }
+
+    func testAFailedRunDoesNotSpoilTheNextOne() throws {
+        _ = run(["sh", "-c", "exit 1"])
+        _ = run(["sleep", "10"], timeout: 0.2)
+        let outcome = try XCTUnwrap(run(["cat"], input: Array("again".utf8)))
+        XCTAssertNil(outcome.failure)
+        XCTAssertEqual(outcome.output, Array("again".utf8))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    // MARK: - Reply frames
+
+    private func outcome(_ output: [UInt8], failure: String? = nil) -> HandlerRun.Outcome {
+        HandlerRun.Outcome(status: failure == nil ? .exited(0) : .exited(1), output: output, failure: failure, duration: 0)
+    }
+
+    func testAutoReplyCodes() {
+        XCTAssertEqual(FrameMode.reply(for: outcome([]), code: .auto), Array("N0000000".utf8))
+        XCTAssertEqual(FrameMode.reply(for: outcome(Array("hi".utf8)), code: .auto), Array("T0000002hi".utf8))
+        let png: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 1, 2]
+        XCTAssertEqual(FrameMode.reply(for: outcome(png), code: .auto), Array("I0000010".utf8) + png)
+        XCTAssertEqual(FrameMode.reply(for: outcome([0xFF, 0xD8, 0xFF, 0]), code: .auto).first, UInt8(ascii: "I"))
+    }
+
+    func testFixedAndRawReplyCodes() {
+        XCTAssertEqual(FrameMode.reply(for: outcome(Array("x".utf8)), code: .fixed(.url)), Array("U0000001x".utf8))
+        XCTAssertEqual(FrameMode.reply(for: outcome(Array("T0000001x".utf8)), code: .raw), Array("T0000001x".utf8))
+        XCTAssertEqual(FrameMode.reply(for: outcome([]), code: .raw), [])
+    }
+
+    func testFailuresBecomeErrorTextFrames() {
+        XCTAssertEqual(FrameMode.reply(for: outcome([], failure: "exit status 3"), code: .raw),
+                       Array("T0000020error: exit status 3".utf8))
+        XCTAssertEqual(FrameMode.reply(for: outcome([], failure: "timed out after 30 s"), code: .auto),
+                       Array("T0000027error: timed out after 30 s".utf8))
+    }
+}

@@ -1,0 +1,110 @@
+import XCTest
+import BLBlueZ
+import BLCommand
+import BLFrame
+@testable import blserve
+
+final class OptionsTests: XCTestCase {
+    private func config(_ args: [String]) throws -> ServeConfig {
+        try ServeConfig(BlserveCommand.spec.parse(args))
+    }
+
+    private func usageError(_ args: [String], file: StaticString = #filePath, line: UInt = #line) -> String {
+        do {
+            _ = try config(args)
+            XCTFail("accepted \(args)", file: file, line: line)
+            return ""
+        } catch let error as UsageError {
+            return error.message
+        } catch {
+            XCTFail("unexpected \(error)", file: file, line: line)
+            return ""
+        }
+    }
+
+    func testDefaultsAreTheSeed000Server() throws {
+        let c = try config(["handler"])
+        XCTAssertEqual(c.mode, .frame)
+        XCTAssertEqual(c.command, ["handler"])
+        XCTAssertEqual(c.serviceUUID, "54f06857-695e-47e4-aea8-c78184ad6c75")
+        XCTAssertEqual(c.writeUUID, "30a5f1bb-61dc-45f0-9c52-2218d080fa77")
+        XCTAssertEqual(c.notifyUUID, c.writeUUID)
+        XCTAssertEqual(c.replyCode, .auto)
+        XCTAssertEqual(c.reply, .pull)
+        XCTAssertEqual(c.handlerTimeout, 30)
+        XCTAssertEqual(c.maxFrame, 1 << 20)
+        XCTAssertTrue(c.allow.isEmpty)
+        XCTAssertEqual(c.characteristics.map(\.flags), [["read", "write", "notify"]])
+    }
+
+    func testTheCommandKeepsItsOwnOptions() throws {
+        XCTAssertEqual(try config(["-v", "tr", "-d", "x"]).command, ["tr", "-d", "x"])
+        XCTAssertEqual(try config(["--", "-weird-name", "--help"]).command, ["-weird-name", "--help"])
+        XCTAssertTrue(try config(["-v", "--", "cat"]).verbose)
+    }
+
+    func testLayoutsAndFlags() throws {
+        let nus = try config(["--nus", "--write-without-response", "--mode", "raw", "sh"])
+        XCTAssertEqual(nus.serviceUUID, KnownUUIDs.nusService)
+        XCTAssertEqual(nus.characteristics.map(\.uuid), [KnownUUIDs.nusRX, KnownUUIDs.nusTX])
+        XCTAssertEqual(nus.characteristics.map(\.flags), [["write", "write-without-response"], ["read", "notify"]])
+        let secure = try config(["--secure", "--service", "180D", "--char", "0x2A37", "cat"])
+        XCTAssertEqual(secure.serviceUUID, "0000180d-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(secure.writeUUID, "00002a37-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(secure.characteristics[0].flags,
+                       ["read", "encrypt-read", "write", "encrypt-write", "notify", "encrypt-notify"])
+    }
+
+    func testValuesAreChecked() throws {
+        let c = try config(["--max-frame", "64K", "--handler-timeout", "2.5", "--reply-code", "I", "--reply", "push",
+                            "--allow", "aa:bb:cc:dd:ee:ff", "--allow", "11:22:33:44:55:66", "--max-queue", "3", "cat"])
+        XCTAssertEqual(c.maxFrame, 65536)
+        XCTAssertEqual(c.handlerTimeout, 2.5)
+        XCTAssertEqual(c.replyCode, .fixed(.image))
+        XCTAssertEqual(c.reply, .push)
+        XCTAssertEqual(c.allow, ["AA:BB:CC:DD:EE:FF", "11:22:33:44:55:66"])
+        XCTAssertEqual(c.maxQueue, 3)
+        XCTAssertEqual(try config(["--max-frame", "9999999", "cat"]).maxFrame, FrameFormat.maxBodySize)
+    }
+
+    func testUsageErrors() {
+        XCTAssertEqual(usageError([]), "missing COMMAND to run")
+        XCTAssertEqual(usageError(["-v", "--", ""]), "missing COMMAND to run")
+        XCTAssertTrue(usageError(["--max-frame", "10000000", "cat"]).contains("--max-frame"))
+        XCTAssertTrue(usageError(["--max-frame", "1X", "cat"]).contains("--max-frame"))
+        XCTAssertTrue(usageError(["--allow", "AA:BB", "cat"]).contains("--allow"))
+        XCTAssertTrue(usageError(["--nus", "--char", "1234", "cat"]).contains("--nus"))
+        XCTAssertTrue(usageError(["--service", "nope", "cat"]).contains("--service"))
+        XCTAssertTrue(usageError(["--mode", "tcp", "cat"]).contains("--mode"))
+        XCTAssertTrue(usageError(["--chunk", "0", "cat"]).contains("--chunk"))
+        XCTAssertTrue(usageError(["--chunk", "513", "cat"]).contains("--chunk"))
+        XCTAssertTrue(usageError(["--handler-timeout", "0", "cat"]).contains("--handler-timeout"))
+        XCTAssertTrue(usageError(["--mode", "stream", "--reply", "push", "cat"]).contains("frame mode"))
+        XCTAssertTrue(usageError(["--mode", "raw", "--max-frame", "1K", "cat"]).contains("frame mode"))
+        XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
+        XCTAssertTrue(usageError(["--name", "", "cat"]).contains("--name"))
+        XCTAssertTrue(usageError(["--service", "180d", "--char", "180d", "cat"]).contains("differ"))
+    }
+
+    func testNotificationSize() throws {
+        let plain = try config(["cat"])
+        XCTAssertEqual(plain.notificationSize(mtu: nil), 20)
+        XCTAssertEqual(plain.notificationSize(mtu: 23), 20)
+        XCTAssertEqual(plain.notificationSize(mtu: 185), 180)
+        XCTAssertEqual(plain.notificationSize(mtu: 517), 512)
+        let chunked = try config(["--mode", "stream", "--chunk", "20", "cat"])
+        XCTAssertEqual(chunked.notificationSize(mtu: 517), 20)
+        XCTAssertEqual(chunked.notificationSize(mtu: nil), 20)
+        XCTAssertEqual(try config(["--chunk", "100", "cat"]).notificationSize(mtu: 50), 45)
+    }
+
+    func testAdvertisedNameFitsTheScanResponse() {
+        XCTAssertEqual(LEAdvertisement.shorten("my-raspbverry-pi", toBytes: 29), "my-raspbverry-pi")
+        let long = String(repeating: "x", count: 40)
+        XCTAssertEqual(LEAdvertisement.shorten(long, toBytes: 29).utf8.count, 29)
+        // Never cuts a character in half.
+        XCTAssertEqual(LEAdvertisement.shorten(String(repeating: "あ", count: 12), toBytes: 29), String(repeating: "あ", count: 9))
+        XCTAssertFalse(LEAdvertisement.defaultLocalName().isEmpty)
+        XCTAssertFalse(LEAdvertisement.defaultLocalName().contains("."))
+    }
+}

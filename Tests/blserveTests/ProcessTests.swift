@@ -1,0 +1,130 @@
+import XCTest
+import Glibc
+import BLBlueZ
+import BLCommand
+import BLDBus
+import BLTestSupport
+
+/// The built blserve as a process: exit statuses and messages, and a whole life against the
+/// stand-in bluetoothd on a private bus (DBUS_SYSTEM_BUS_ADDRESS points blserve there).
+final class ProcessTests: XCTestCase {
+    private var loop: EventLoop!
+    private var children: ChildProcesses!
+    private var bus: BusFixture?
+
+    override func setUpWithError() throws {
+        loop = EventLoop()
+        children = try ChildProcesses(loop: loop)
+    }
+
+    override func tearDown() {
+        children?.terminateAll(signal: SIGKILL, grace: 1)
+        children = nil
+        loop = nil
+        bus?.stop()
+        bus = nil
+    }
+
+    private var blserve: String { productsDirectory.appendingPathComponent("blserve").path }
+
+    /// Starts blserve; its stderr is collected into `stderr`.
+    private func start(_ args: [String], busAddress: String) throws -> (Subprocess, () -> String) {
+        let child = try children.spawn([blserve] + args, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)],
+                                       stdin: .null, stdout: .null, stderr: .pipe)
+        var text: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        var token: WatchToken?
+        token = loop.watch(fd: child.stderrFD, events: .readable) { [loop] _ in
+            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(child.stderrFD, into: $0) }) ?? 0
+            if n > 0 { text += buffer[0..<n] } else if let token { loop?.remove(token) }
+        }
+        return (child, { String(decoding: text, as: UTF8.self) })
+    }
+
+    private func finish(_ child: Subprocess, timeout: Double = 10) -> ProcessStatus? {
+        _ = loop.run(until: { child.status != nil }, timeout: timeout)
+        return child.status
+    }
+
+    func testUsageAndStartupErrors() throws {
+        let noBus = "unix:path=/nonexistent/blserve-test-bus"
+        var (child, stderr) = try start([], busAddress: noBus)
+        XCTAssertEqual(finish(child), .exited(64))
+        XCTAssertEqual(stderr(), "blserve: missing COMMAND to run; try 'blserve --help'\n")
+
+        (child, stderr) = try start(["--mode", "raw", "--reply", "push", "cat"], busAddress: noBus)
+        XCTAssertEqual(finish(child), .exited(64))
+        XCTAssertTrue(stderr().contains("--reply is for frame mode"), stderr())
+
+        (child, stderr) = try start(["no-such-handler-blpipe"], busAddress: noBus)
+        XCTAssertEqual(finish(child), .exited(69))
+        XCTAssertEqual(stderr(), "blserve: no-such-handler-blpipe: command not found\n")
+
+        (child, stderr) = try start(["cat"], busAddress: noBus)
+        XCTAssertEqual(finish(child), .exited(69))
+        XCTAssertTrue(stderr().hasPrefix("blserve: cannot connect to the system bus"), stderr())
+
+        // A bus without bluetoothd.
+        let bus = try BusFixture()
+        self.bus = bus
+        (child, stderr) = try start(["cat"], busAddress: bus.address)
+        XCTAssertEqual(finish(child), .exited(69))
+        XCTAssertTrue(stderr().contains("bluetoothd is not running"), stderr())
+    }
+
+    /// examples/seed000-handler answers like the seed 000 server (no network needed for these).
+    func testSeedHandlerExample() throws {
+        let handler = packageRoot.appendingPathComponent("examples/seed000-handler").path
+        func run(_ code: String, _ input: String) throws -> String {
+            let child = try children.spawn([handler], environment: [("BL_CODE", code)], stdin: .pipe, stdout: .pipe, stderr: .null)
+            try FileIO.writeAll(child.stdinFD, input)
+            child.closeStdin()
+            var out: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            XCTAssertTrue(loop.run(until: {
+                do {
+                    let n = try buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }
+                    out += buffer[0..<n]
+                    return n == 0
+                } catch {
+                    return false  // EAGAIN: not yet
+                }
+            }, timeout: 20))
+            XCTAssertEqual(finish(child), .exited(0))
+            return String(decoding: out, as: UTF8.self)
+        }
+        XCTAssertEqual(try run("T", "こんにちは"), "あなたは「こんにちは」と言いました")
+        XCTAssertEqual(try run("U", "file:///etc/passwd"), "error: not an http(s) URL: file:///etc/passwd")
+        XCTAssertTrue(try run("U", "http://127.0.0.1:1/x").hasPrefix("error: could not download http://127.0.0.1:1/x"))
+        XCTAssertEqual(try run("I", "x"), "error: unsupported request code I")
+    }
+
+    func testWholeLifeRegistersAnswersAndUnregistersOnSIGTERM() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        let (child, stderr) = try start(["-v", "-n", "life", "--", "sh", "-c", "b=$(cat); [ \"$b\" = slow ] && exec sleep 60; printf %s \"$b\""],
+                                        busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
+        try bluez.watchNotifications(of: String(owner))
+        XCTAssertEqual(bluez.advertisements.count, 1)
+
+        let a = FakeBluetoothd.device(1)
+        _ = bluez.write(Array("T0000004ping".utf8), from: a)
+        var reply: [UInt8] = []
+        XCTAssertTrue(loop.run(until: { reply += bluez.readAll(from: a); return !reply.isEmpty }, timeout: 10))
+        XCTAssertEqual(String(decoding: reply, as: UTF8.self), "T0000004ping")
+        XCTAssertTrue(stderr().contains("00:00:00:00:00:01: T 4 bytes: exit status 0, reply T 4 bytes"), stderr())
+
+        // A handler that is still running when SIGTERM comes is ended, and blserve unregisters.
+        _ = bluez.write(Array("T0000004slow".utf8), from: a)
+        _ = loop.run(until: { false }, timeout: 0.5)
+        let stopped = MonotonicClock.seconds()
+        child.signal(SIGTERM)
+        XCTAssertEqual(finish(child), .exited(0), stderr())
+        XCTAssertLessThan(MonotonicClock.seconds() - stopped, 5)
+        XCTAssertTrue(bluez.applications.isEmpty, "the application is still registered")
+        XCTAssertTrue(bluez.advertisements.isEmpty, "the advertisement is still registered")
+    }
+}

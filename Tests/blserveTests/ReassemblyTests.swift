@@ -1,0 +1,188 @@
+import XCTest
+import BLFrame
+@testable import blserve
+
+final class ReassemblyTests: XCTestCase {
+    private func frame(_ code: String, _ body: String) -> [UInt8] {
+        Array(code.utf8) + Array(String(format7(body.utf8.count)).utf8) + Array(body.utf8)
+    }
+
+    private func format7(_ n: Int) -> String {
+        let s = String(n)
+        return String(repeating: "0", count: 7 - s.count) + s
+    }
+
+    private func requests(_ result: Result<[FrameRequest], WriteRefusal>, file: StaticString = #filePath, line: UInt = #line) -> [FrameRequest] {
+        switch result {
+        case .success(let r): return r
+        case .failure(let e):
+            XCTFail("refused: \(e)", file: file, line: line)
+            return []
+        }
+    }
+
+    func testFrameSplitAcrossWritesOfEveryPieceSize() {
+        let whole = frame("T", "hello, world")
+        for piece in 1...whole.count {
+            var r = FrameReassembler(maxFrame: 100)
+            var got: [FrameRequest] = []
+            var i = 0
+            while i < whole.count {
+                got += requests(r.write(Array(whole[i..<min(i + piece, whole.count)]), offset: 0, slots: 4))
+                i += piece
+            }
+            XCTAssertEqual(got, [FrameRequest(code: .text, body: Array("hello, world".utf8))], "pieces of \(piece)")
+            XCTAssertTrue(r.isAtFrameBoundary)
+        }
+    }
+
+    func testSeveralFramesInOneWriteAndNFramesIgnored() {
+        var r = FrameReassembler(maxFrame: 100)
+        let bytes = frame("T", "a") + Array("N0000000".utf8) + frame("U", "http://x") + frame("I", "")
+        let got = requests(r.write(bytes, offset: 0, slots: 8))
+        XCTAssertEqual(got.map(\.code), [.text, .url, .image])
+        XCTAssertEqual(got[1].body, Array("http://x".utf8))
+        XCTAssertEqual(got[2].body, [])
+    }
+
+    func testOffsetContinuesTheValueAndAWrongOffsetChangesNothing() {
+        var r = FrameReassembler(maxFrame: 100)
+        let whole = frame("T", "0123456789")  // 18 bytes
+        XCTAssertEqual(requests(r.write(Array(whole[0..<5]), offset: 0, slots: 4)), [])
+        // A prepared write that skips bytes is refused and leaves the state alone.
+        XCTAssertEqual(r.write(Array(whole[6..<10]), offset: 6, slots: 4), .failure(.invalidOffset(offset: 6, expected: 5)))
+        XCTAssertEqual(r.write(Array(whole[0..<3]), offset: 3, slots: 4), .failure(.invalidOffset(offset: 3, expected: 5)))
+        XCTAssertEqual(requests(r.write(Array(whole[5..<12]), offset: 5, slots: 4)), [])
+        XCTAssertEqual(requests(r.write(Array(whole[12...]), offset: 12, slots: 4)),
+                       [FrameRequest(code: .text, body: Array("0123456789".utf8))])
+        // A write without an offset starts a new value but continues the stream.
+        XCTAssertEqual(requests(r.write(Array(frame("T", "x")[0..<4]), offset: 0, slots: 4)), [])
+        XCTAssertEqual(requests(r.write(Array(frame("T", "x")[4...]), offset: 0, slots: 4)).map(\.body), [Array("x".utf8)])
+    }
+
+    func testOversizedHeaderIsRefusedAtOnceAndReassemblyRestarts() {
+        var r = FrameReassembler(maxFrame: 1000)
+        // Only the header: refused before any body byte arrives.
+        XCTAssertEqual(r.write(Array("T0001001".utf8), offset: 0, slots: 4), .failure(.tooLarge(size: 1001, limit: 1000)))
+        XCTAssertEqual(r.bufferedBytes, 0)
+        XCTAssertTrue(r.isAtFrameBoundary)
+        // The largest allowed size goes through.
+        let body = String(repeating: "z", count: 1000)
+        XCTAssertEqual(requests(r.write(frame("T", body), offset: 0, slots: 4)).first?.body.count, 1000)
+        // The size field can say 9999999; the limit still applies.
+        XCTAssertEqual(r.write(Array("I9999999".utf8), offset: 0, slots: 4), .failure(.tooLarge(size: 9_999_999, limit: 1000)))
+    }
+
+    func testRefusedWriteDropsThePartialFrameAndAppliesNothing() {
+        var r = FrameReassembler(maxFrame: 100)
+        XCTAssertEqual(requests(r.write(Array("T00000".utf8), offset: 0, slots: 4)), [])
+        XCTAssertFalse(r.isAtFrameBoundary)
+        // A complete frame, then garbage, in one write: the write is refused as a whole.
+        let result = r.write(Array("03abcT0000001xQ".utf8), offset: 0, slots: 4)
+        guard case .failure(.malformed) = result else { return XCTFail("expected malformed, got \(result)") }
+        XCTAssertTrue(r.isAtFrameBoundary)
+        XCTAssertEqual(requests(r.write(frame("T", "ok"), offset: 0, slots: 4)).map(\.body), [Array("ok".utf8)])
+    }
+
+    func testMalformedInputs() {
+        for bad in ["X0000001a", "T00x0001a", "N0000003abc", "t0000001a"] {
+            var r = FrameReassembler(maxFrame: 100)
+            let result = r.write(Array(bad.utf8), offset: 0, slots: 4)
+            guard case .failure(.malformed(let why)) = result else {
+                XCTFail("\(bad): expected malformed, got \(result)")
+                continue
+            }
+            XCTAssertFalse(why.isEmpty)
+            XCTAssertEqual(result.failureCode, WriteRefusal.malformedCode, bad)
+        }
+    }
+
+    func testNoSlotsRefusesTheNextFrameButNotTheRestOfACurrentOne() {
+        var r = FrameReassembler(maxFrame: 100)
+        XCTAssertEqual(r.write(frame("T", "a"), offset: 0, slots: 0), .failure(.busy))
+        // One slot: the first frame passes, the second in the same write is refused (and with it the write).
+        XCTAssertEqual(r.write(frame("T", "a") + frame("T", "b"), offset: 0, slots: 1), .failure(.busy))
+        // N frames need no slot.
+        XCTAssertEqual(requests(r.write(Array("N0000000".utf8), offset: 0, slots: 0)), [])
+        XCTAssertEqual(requests(r.write(frame("T", "a") + frame("T", "b"), offset: 0, slots: 2)).count, 2)
+    }
+
+    func testRefusalsMapToTheDocumentedATTErrors() {
+        XCTAssertEqual(WriteRefusal.tooLarge(size: 2, limit: 1).dbusError.name, "org.bluez.Error.Failed")
+        XCTAssertEqual(WriteRefusal.tooLarge(size: 2, limit: 1).dbusError.message, "0x80")
+        XCTAssertEqual(WriteRefusal.malformed("x").dbusError.message, "0x81")
+        XCTAssertEqual(WriteRefusal.busy.dbusError.message, "0x82")
+        XCTAssertEqual(WriteRefusal.invalidOffset(offset: 1, expected: 0).dbusError.name, "org.bluez.Error.InvalidOffset")
+        XCTAssertEqual(WriteRefusal.notAllowed.dbusError.name, "org.bluez.Error.NotPermitted")
+    }
+}
+
+final class ReplyQueueTests: XCTestCase {
+    private func read(_ q: inout ReplyQueue, offset: Int = 0, mtu: Int, file: StaticString = #filePath, line: UInt = #line) -> [UInt8] {
+        switch q.read(offset: offset, mtu: mtu) {
+        case .success(let b): return b
+        case .failure(let e):
+            XCTFail("read failed: \(e)", file: file, line: line)
+            return []
+        }
+    }
+
+    func testPiecesAreMTUMinus3AndNeverOver512() {
+        XCTAssertEqual(ReplyQueue.pieceSize(mtu: 23), 20)
+        XCTAssertEqual(ReplyQueue.pieceSize(mtu: 185), 182)
+        XCTAssertEqual(ReplyQueue.pieceSize(mtu: 515), 512)
+        XCTAssertEqual(ReplyQueue.pieceSize(mtu: 517), 512)
+        XCTAssertEqual(ReplyQueue.pieceSize(mtu: 5), 20)  // nonsense MTUs are treated as the minimum
+    }
+
+    func testReadsWalkTheOldestReplyThenTheNextThenEmpty() {
+        var q = ReplyQueue(capacity: 4)
+        let first = Array(0..<50).map { UInt8($0) }
+        let second: [UInt8] = [200, 201, 202]
+        XCTAssertTrue(q.append(first))
+        XCTAssertTrue(q.append(second))
+        var got: [[UInt8]] = []
+        while true {
+            let piece = read(&q, mtu: 23)
+            if piece.isEmpty { break }
+            got.append(piece)
+        }
+        // A piece never spans two replies.
+        XCTAssertEqual(got.map(\.count), [20, 20, 10, 3])
+        XCTAssertEqual(Array(got.joined()), first + second)
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(read(&q, mtu: 23), [])
+    }
+
+    func testOffsetReadsContinueTheSamePiece() {
+        var q = ReplyQueue(capacity: 4)
+        q.append(Array(0..<100).map { UInt8($0) })
+        let piece = read(&q, mtu: 50)
+        XCTAssertEqual(piece, Array(0..<47).map { UInt8($0) })
+        XCTAssertEqual(read(&q, offset: 20, mtu: 50), Array(20..<47).map { UInt8($0) })
+        XCTAssertEqual(read(&q, offset: 47, mtu: 50), [])
+        XCTAssertEqual(q.read(offset: 48, mtu: 50), .failure(.invalidOffset(offset: 48, expected: 47)))
+        // The next read without an offset goes on after the piece.
+        XCTAssertEqual(read(&q, mtu: 50).first, 47)
+    }
+
+    func testCapacityAndEmptyReplies() {
+        var q = ReplyQueue(capacity: 2)
+        XCTAssertTrue(q.append([1]))
+        XCTAssertTrue(q.append([]))  // nothing to queue
+        XCTAssertTrue(q.append([2]))
+        XCTAssertFalse(q.append([3]))
+        XCTAssertEqual(q.count, 2)
+        XCTAssertEqual(q.pendingBytes, 2)
+        q.removeAll()
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(read(&q, mtu: 23), [])
+    }
+}
+
+extension Result where Success == [FrameRequest], Failure == WriteRefusal {
+    var failureCode: UInt8? {
+        guard case .failure(let e) = self, e.dbusError.message.hasPrefix("0x") else { return nil }
+        return UInt8(e.dbusError.message.dropFirst(2), radix: 16)
+    }
+}

@@ -1,0 +1,351 @@
+import BLTestSupport
+import XCTest
+import Glibc
+import BLBlueZ
+import BLCommand
+import BLDBus
+import BLFrame
+@testable import blserve
+
+/// blserve's server end to end over a private bus: registration, per-central reassembly and reply
+/// queues, refusals, handler failures, push and pull, re-registration after a bluetoothd restart.
+/// bluetoothd is played by `FakeBluetoothd` (the bench runs the real one).
+final class ServerBusTests: XCTestCase {
+    private var bus: BusFixture!
+    private var loop: EventLoop!
+    private var bluez: FakeBluetoothd!
+    private var connection: DBusConnection!
+    private var server: Server!
+
+    private let a = FakeBluetoothd.device(1)
+    private let b = FakeBluetoothd.device(2)
+
+    override func setUpWithError() throws {
+        bus = try BusFixture()
+        loop = EventLoop()
+        bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+    }
+
+    override func tearDown() {
+        if let server, !server.stopping {
+            server.mode.shutdown()
+            server.children.terminateAll(signal: SIGKILL, grace: 1)
+            server.peripheral.stop(timeout: 1)
+        }
+        server = nil
+        connection = nil
+        bluez = nil
+        loop = nil
+        bus?.stop()
+        bus = nil
+    }
+
+    private func start(_ args: [String]) throws {
+        let config = try ServeConfig(BlserveCommand.spec.parse(args))
+        connection = try DBusConnection(address: bus.address, loop: loop)
+        server = try Server(config: config, loop: loop, bus: connection, adapterName: "hci0")
+        try bluez.watchNotifications(of: connection.uniqueName)
+        try server.peripheral.start()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.state == .registered }, timeout: 5),
+                      "not registered: \(server.peripheral.state)")
+    }
+
+    private func frame(_ code: String, _ body: String) -> [UInt8] {
+        let size = String(body.utf8.count)
+        return Array(code.utf8) + Array((String(repeating: "0", count: 7 - size.count) + size).utf8) + Array(body.utf8)
+    }
+
+    private func ok(_ result: Result<Void, DBusError>, file: StaticString = #filePath, line: UInt = #line) {
+        if case .failure(let e) = result { XCTFail("write refused: \(e)", file: file, line: line) }
+    }
+
+    private func refusal(_ result: Result<Void, DBusError>) -> String? {
+        if case .failure(let e) = result { return e.name == "org.bluez.Error.Failed" ? e.message : e.shortName }
+        return nil
+    }
+
+    /// Waits until `device` has replies of at least `bytes` bytes (default: any) and returns them
+    /// whole (read until empty).
+    private func reply(for device: String, bytes: Int = 1, mtu: Int = 185, timeout: Double = 10,
+                       file: StaticString = #filePath, line: UInt = #line) -> String {
+        var got: [UInt8] = []
+        let done = loop.run(until: {
+            got += self.bluez.readAll(from: device, mtu: mtu)
+            return got.count >= bytes
+        }, timeout: timeout)
+        if !done { XCTFail("no reply for \(device)", file: file, line: line) }
+        return String(decoding: got, as: UTF8.self)
+    }
+
+    private func settle(_ seconds: Double) {
+        _ = loop.run(until: { false }, timeout: seconds)
+    }
+
+    // MARK: - Registration
+
+    func testRegistersTheSeedLayoutAndAdvertisement() throws {
+        try start(["-n", "my-raspbverry-pi", "cat"])
+        let app = try XCTUnwrap(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
+        let service = try XCTUnwrap(app["/org/blpipe/blserve/service0"]?[BlueZ.gattServiceInterface])
+        XCTAssertEqual(service["UUID"]?.string, KnownUUIDs.raspBLEService)
+        XCTAssertEqual(service["Primary"]?.bool, true)
+        let chrc = try XCTUnwrap(app[FakeBluetoothd.charPath]?[BlueZ.gattCharacteristicInterface])
+        XCTAssertEqual(chrc["UUID"]?.string, KnownUUIDs.raspBLECharacteristic)
+        XCTAssertEqual(chrc["Service"]?.objectPath, "/org/blpipe/blserve/service0")
+        XCTAssertEqual(chrc["Flags"]?.stringArray, ["read", "write", "notify"])
+        XCTAssertNil(chrc["NotifyAcquired"])  // would switch bluetoothd to AcquireNotify
+        let ad = try XCTUnwrap(bluez.advertisements[connection.uniqueName + "/org/blpipe/blserve_advertisement"])
+        XCTAssertEqual(ad["Type"]?.string, "peripheral")
+        XCTAssertEqual(ad["ServiceUUIDs"]?.stringArray, [KnownUUIDs.raspBLEService])
+        XCTAssertEqual(ad["LocalName"]?.string, "my-raspbverry-pi")
+        XCTAssertEqual(ad["Discoverable"]?.bool, true)
+    }
+
+    func testNordicUARTLayout() throws {
+        try start(["--nus", "--write-without-response", "--mode", "raw", "cat"])
+        let app = try XCTUnwrap(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
+        let rx = try XCTUnwrap(app["/org/blpipe/blserve/service0/char0"]?[BlueZ.gattCharacteristicInterface])
+        let tx = try XCTUnwrap(app["/org/blpipe/blserve/service0/char1"]?[BlueZ.gattCharacteristicInterface])
+        XCTAssertEqual(rx["UUID"]?.string, KnownUUIDs.nusRX)
+        XCTAssertEqual(rx["Flags"]?.stringArray, ["write", "write-without-response"])
+        XCTAssertEqual(tx["UUID"]?.string, KnownUUIDs.nusTX)
+        XCTAssertEqual(tx["Flags"]?.stringArray, ["read", "notify"])
+    }
+
+    func testRegistersAgainAfterBluetoothdRestarts() throws {
+        try start(["cat"])
+        XCTAssertEqual(server.peripheral.registrationCount, 1)
+        let started = MonotonicClock.seconds()
+        try bluez.restart()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.registrationCount == 2 }, timeout: 5), "\(server.peripheral.state)")
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 5)
+        XCTAssertNotNil(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
+        ok(bluez.write(frame("T", "after"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000005after")
+    }
+
+    func testRegistersAgainWhenTheAdapterReturns() throws {
+        try start(["cat"])
+        try bluez.removeAdapter()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.state != .registered }, timeout: 5))
+        try bluez.addAdapter()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.registrationCount == 2 }, timeout: 5), "\(server.peripheral.state)")
+        XCTAssertNotNil(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
+        XCTAssertNotNil(bluez.advertisements[connection.uniqueName + "/org/blpipe/blserve_advertisement"])
+    }
+
+    func testOnlyBluetoothdMayCall() throws {
+        try start(["cat"])
+        let other = try DBusConnection(address: bus.address, loop: loop)
+        XCTAssertThrowsError(try other.callAndWait(destination: connection.uniqueName, path: FakeBluetoothd.charPath,
+                                                   interface: BlueZ.gattCharacteristicInterface, member: "ReadValue",
+                                                   args: [.stringDict(["device": .objectPath(a)])], timeout: 5)) { error in
+            XCTAssertEqual((error as? DBusError)?.name, "org.bluez.Error.NotPermitted")
+        }
+    }
+
+    // MARK: - Frame mode
+
+    func testReplyIsQueuedForTheAskerAndAnnouncedWithADoorbell() throws {
+        try start(["cat"])
+        let request = frame("T", "hello, world, again")
+        ok(bluez.write(Array(request[0..<5]), from: a))
+        ok(bluez.write(Array(request[5...]), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+        // Another central reads nothing.
+        XCTAssertEqual(bluez.readAll(from: b), [])
+        // The asker reads its reply in pieces of MTU-3.
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23).get(), Array("T0000019hello, world".utf8))
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23, offset: 4).get(), Array("0019hello, world".utf8))  // a Read Blob of that piece
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23).get(), Array(", again".utf8))
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23).get(), [])
+    }
+
+    func testTheDoorbellRingsOnlyOnceTheReplyIsQueued() throws {
+        try start(["sh", "-c", "sleep 0.5; cat"])
+        let started = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "wait for me"), from: a))
+        // A read before the reply is ready finds nothing, and no doorbell has rung yet.
+        XCTAssertEqual(try bluez.read(from: a).get(), [])
+        XCTAssertEqual(bluez.notifications, [])
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        XCTAssertGreaterThanOrEqual(MonotonicClock.seconds() - started, 0.5)
+        XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000011wait for me")
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+    }
+
+    func testEachCentralIsReassembledSeparately() throws {
+        try start(["cat"])
+        let forA = frame("T", "from A")
+        let forB = frame("T", "from B")
+        ok(bluez.write(Array(forA[0..<6]), from: a))
+        ok(bluez.write(Array(forB[0..<3]), from: b))
+        ok(bluez.write(Array(forB[3...]), from: b))
+        ok(bluez.write(Array(forA[6...]), from: a))
+        XCTAssertEqual(reply(for: b), "T0000006from B")
+        XCTAssertEqual(reply(for: a), "T0000006from A")
+    }
+
+    func testRequestsOfOneCentralInOrderOthersConcurrently() throws {
+        try start(["sh", "-c", "sleep 1; cat"])
+        ok(bluez.write(frame("T", "1") + frame("T", "2") + frame("T", "3"), from: a))
+        settle(0.2)
+        ok(bluez.write(frame("T", "b"), from: b))
+        // B's one request finishes while A's three run one after another.
+        XCTAssertEqual(reply(for: b, timeout: 5), "T0000001b")
+        var gotA = ""
+        XCTAssertTrue(loop.run(until: {
+            gotA += String(decoding: self.bluez.readAll(from: self.a), as: UTF8.self)
+            return gotA.count >= 27
+        }, timeout: 10))
+        XCTAssertEqual(gotA, "T00000011T00000012T00000013")
+    }
+
+    func testOversizedFrameIsRefusedAtOnceAndTheNextRequestWorks() throws {
+        try start(["--max-frame", "100", "cat"])
+        XCTAssertEqual(refusal(bluez.write(Array("T0000101".utf8), from: a)), "0x80")
+        XCTAssertEqual(refusal(bluez.write(Array("I9999999".utf8), from: a)), "0x80")
+        ok(bluez.write(frame("T", "fine"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000004fine")
+    }
+
+    func testMalformedFramesAndBadOffsetsAreRefused() throws {
+        try start(["cat"])
+        XCTAssertEqual(refusal(bluez.write(Array("hello".utf8), from: a)), "0x81")
+        XCTAssertEqual(refusal(bluez.write(Array("T12x".utf8), from: a)), "0x81")
+        ok(bluez.write(Array("T0000004ab".utf8), from: a))
+        XCTAssertEqual(refusal(bluez.write(Array("cd".utf8), from: a, offset: 3)), "InvalidOffset")
+        ok(bluez.write(Array("cd".utf8), from: a, offset: 10))
+        XCTAssertEqual(reply(for: a), "T0000004abcd")
+    }
+
+    func testAllowListRefusesOtherCentrals() throws {
+        try start(["--allow", "00:00:00:00:00:01", "cat"])
+        XCTAssertEqual(refusal(bluez.write(frame("T", "x"), from: b)), "NotPermitted")
+        guard case .failure(let e) = bluez.read(from: b) else { return XCTFail("read allowed") }
+        XCTAssertEqual(e.shortName, "NotPermitted")
+        ok(bluez.write(frame("T", "x"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001x")
+    }
+
+    func testCrashingAndHangingHandlersThenAGoodRequest() throws {
+        let script = "b=$(cat); case $b in crash) kill -SEGV $$;; hang) sleep 60;; fail) exit 3;; *) printf %s \"$b\";; esac"
+        try start(["--handler-timeout", "0.5", "sh", "-c", script])
+        ok(bluez.write(frame("T", "crash"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000036error: killed by signal 11 (SIGSEGV)")
+        ok(bluez.write(frame("T", "fail"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000020error: exit status 3")
+        let started = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "hang"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000028error: timed out after 0.5 s")
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 3)
+        ok(bluez.write(frame("T", "good"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000004good")
+    }
+
+    func testQueueCapRefusesTheCentralUntilItReads() throws {
+        try start(["--max-queue", "2", "cat"])
+        ok(bluez.write(frame("T", "1") + frame("T", "2"), from: a))
+        XCTAssertEqual(refusal(bluez.write(frame("T", "3"), from: a)), "0x82")
+        // Another central has its own queue.
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertEqual(reply(for: a, bytes: 18), "T00000011T00000012")
+        ok(bluez.write(frame("T", "3"), from: a))
+        XCTAssertEqual(reply(for: a), "T00000013")
+    }
+
+    func testEmptyOutputRepliesWithAnNFrameAndAutoDetectsImages() throws {
+        try start(["sh", "-c", "b=$(cat); [ \"$b\" = png ] && printf '\\211PNG\\r\\n\\032\\n' || true"])
+        ok(bluez.write(frame("T", "quiet"), from: a))
+        XCTAssertEqual(reply(for: a), "N0000000")
+        ok(bluez.write(frame("T", "png"), from: a))
+        XCTAssertEqual(Array(reply(for: a).utf8.prefix(8)), Array("I0000008".utf8))
+    }
+
+    func testPushGoesToTheSoleSubscriberAndFallsBackToPull() throws {
+        try start(["--reply", "push", "--chunk", "5", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "pushed"), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications.map { String(decoding: $0, as: UTF8.self) }, ["T0000", "006pu", "shed"])
+        XCTAssertEqual(bluez.readAll(from: a), [])
+        // A second central connects: replies are pulled again.
+        try bluez.setConnected(b, true)
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "pulled"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000006pulled")
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+    }
+
+    func testDisconnectDropsTheCentralsState() throws {
+        try start(["cat"])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "unread"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        ok(bluez.write(Array("T00000".utf8), from: a))
+        try bluez.setConnected(a, false)
+        XCTAssertEqual(bluez.readAll(from: a), [])
+        ok(bluez.write(frame("T", "new"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000003new")
+    }
+
+    func testHandlerEnvironment() throws {
+        try start(["sh", "-c", "printf '%s %s %s %s %s' \"$BL_CODE\" \"$BL_SIZE\" \"$BL_DEVICE\" \"$BL_ADAPTER\" \"$BL_MTU\""])
+        ok(bluez.write(frame("U", "http://x"), from: a, mtu: 247))
+        XCTAssertEqual(reply(for: a), "T0000030U 8 00:00:00:00:00:01 hci0 247")
+    }
+
+    // MARK: - Raw and stream modes
+
+    func testRawModeEchoesPerCentral() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(Array("to A ".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 1 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [Array("to A ".utf8)])
+        // With two centrals connected, output waits in each one's read queue (empty doorbell).
+        try bluez.setConnected(b, true)
+        bluez.clearNotifications()
+        ok(bluez.write(Array("to B".utf8), from: b))
+        XCTAssertEqual(reply(for: b), "to B")
+        XCTAssertEqual(bluez.notifications, [[]])
+        XCTAssertEqual(bluez.readAll(from: a), [])
+    }
+
+    func testRawModeCarriesALargeTransferBothWays() throws {
+        try start(["--mode", "raw", "cat"])
+        let data = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
+        var sent = 0
+        var received: [UInt8] = []
+        // Two centrals connected: everything comes back through reads.
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        while sent < data.count {
+            let n = min(510, data.count - sent)
+            ok(bluez.write(Array(data[sent..<sent + n]), from: a, mtu: 517))
+            sent += n
+            received += bluez.readAll(from: a, mtu: 517)
+        }
+        XCTAssertTrue(loop.run(until: {
+            received += self.bluez.readAll(from: self.a, mtu: 517)
+            return received.count >= data.count
+        }, timeout: 20))
+        XCTAssertEqual(received.count, data.count)
+        XCTAssertTrue(received == data)
+    }
+
+    func testStreamModeChunksAndEOM() throws {
+        try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
+        XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
+        XCTAssertEqual(server.children.running.count, 0, "started before anyone subscribed")
+        try bluez.startNotify()
+        _ = loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5)
+        XCTAssertEqual(bluez.notifications.map { String(decoding: $0, as: UTF8.self) },
+                       ["abcdefghijklmnopqrst", "uvwxyz0123456789", "EOM"])
+        _ = loop.run(until: { self.server.stopping }, timeout: 5)
+        XCTAssertTrue(server.stopping, "blserve did not end after the stream")
+    }
+}

@@ -1,0 +1,42 @@
+# bash completion for blserve                                    -*- shell-script -*-
+_blserve() {
+    local cur prev i
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    # After COMMAND (the first operand) or --, complete COMMAND's own arguments as files.
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${COMP_WORDS[i]} in
+            --)
+                if ((i == COMP_CWORD - 1)); then COMPREPLY=($(compgen -c -- "$cur")); else COMPREPLY=($(compgen -f -- "$cur")); fi
+                return ;;
+            -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--allow)
+                ((i++)) ;;
+            -*) ;;
+            *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        esac
+    done
+    case $prev in
+        -m|--mode)
+            COMPREPLY=($(compgen -W 'frame raw stream' -- "$cur"))
+            return ;;
+        -c|--reply-code)
+            COMPREPLY=($(compgen -W 'auto raw T U I' -- "$cur"))
+            return ;;
+        -r|--reply)
+            COMPREPLY=($(compgen -W 'pull push' -- "$cur"))
+            return ;;
+        -a|--adapter)
+            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
+            return ;;
+        -n|--name|--service|--char|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--allow)
+            return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W '--mode --adapter --name --service --char --nus --write-without-response
+            --reply-code --reply --chunk --eom --handler-timeout --max-frame --max-queue --allow --secure
+            --verbose --help --version -m -a -n -c -r -t -v -h' -- "$cur"))
+    else
+        COMPREPLY=($(compgen -c -- "$cur"))
+    fi
+}
+complete -F _blserve blserve
