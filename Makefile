@@ -4,7 +4,8 @@
 #   make test       unit and process tests (swift test), no Bluetooth needed
 #   make check      make test, then the whole integration suite on the VM bench (real bluetoothd)
 #   make demo       the main job on the VM bench: a request and its reply over real BlueZ
-#   make bench      benchmarks (blframe here; BLE benchmarks on the bench)
+#   make bench      benchmarks: blframe against cat; blsend/blrecv and blserve on the bench
+#   make bench-smoke  the bench's own smoke tests
 #   make fuzz       the frame decoder under libFuzzer (FUZZ_SECONDS, default 300)
 #   make install    PREFIX=/usr/local DESTDIR= : binaries, man pages, completions
 #   make deps       install the Debian packages the build and tests need
@@ -21,12 +22,12 @@ FUZZ_SECONDS ?= 300
 # Tools without libdbus are linked fully static: they start as fast as cat.
 STATIC_TOOLS = blframe
 # Tools on libdbus link it dynamically (it pulls in libsystemd); the Swift runtime is still static.
-DBUS_TOOLS = blscan blsend blrecv
+DBUS_TOOLS = blscan blsend blrecv blserve
 TOOLS = $(STATIC_TOOLS) $(DBUS_TOOLS)
 SWIFT ?= swift
 SWIFT_RELEASE = $(SWIFT) build -c release --static-swift-stdlib
 
-.PHONY: all build test check demo bench fuzz install uninstall deps clean
+.PHONY: all build test check demo bench bench-smoke fuzz install uninstall deps clean
 
 all: build
 
@@ -45,10 +46,23 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --parallel
 
-check: test
+# Everything BLE runs in one VM boot against the real bluetoothd, with the release binaries.
+BENCH_ENV = env BL_BIN=$(CURDIR)/.build/bin
+BENCH_TIMEOUT ?= 2400
+
+check: test build
+	scripts/bench/vm-run --adapters 4 --timeout $(BENCH_TIMEOUT) -- $(BENCH_ENV) scripts/bench/run-integration
+
+demo: build
+	scripts/bench/vm-run --adapters 2 --timeout 900 -- $(BENCH_ENV) examples/demo
+
+bench-smoke:
+	scripts/bench/check-smoke '0*'
 
 bench: build
 	scripts/bench-blframe .build/bin
+	scripts/bench/vm-run --timeout 3000 -- $(BENCH_ENV) scripts/bench-central
+	scripts/bench/vm-run --timeout 3000 -- $(BENCH_ENV) scripts/bench-blserve
 
 fuzz: deps
 	scripts/fuzz $(FUZZ_SECONDS)

@@ -112,6 +112,13 @@ final class Writer {
     private var socketWatch: WatchToken?
     private var stdinWatch: WatchToken?
     private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: FileIO.bufferAlignment)
+    static let readChunk = 16 * 1024
+    /// Socket path: after this many Write Commands, a read goes through the same link before
+    /// more are sent. bluetoothd queues commands without limit and, flooded, stops answering
+    /// D-Bus for seconds; the read is queued behind the commands, so its answer means they left.
+    static let fenceEvery = 64
+    private var sinceFence = 0
+    private var fencing = false
     private var head = 0, end = 0
     private var inputEnded = false
     private var eomSent = false
@@ -157,7 +164,7 @@ final class Writer {
             head = 0
             end = 0
         }
-        if end == buffer.count && head > 0 {
+        if buffer.count - end < Writer.readChunk && head > 0 {
             let count = pending
             buffer.baseAddress!.copyMemory(from: buffer.baseAddress! + head, byteCount: count)
             head = 0
@@ -179,10 +186,11 @@ final class Writer {
         pump()
     }
 
-    /// Reads standard input only while there is room in the buffer.
+    /// Reads standard input only while there is room in the buffer for a good piece of it, so
+    /// the buffer is not moved around for every few bytes written.
     private func updateInputWatch() {
         guard let stdinWatch else { return }
-        let room = end < buffer.count || head > 0
+        let room = buffer.count - pending >= Writer.readChunk
         if inputEnded {
             loop.remove(stdinWatch)
             self.stdinWatch = nil
@@ -196,11 +204,12 @@ final class Writer {
     private func pump() {
         guard !finished else { return }
         if socket != nil {
-            if let socketWatch { loop.setEvents(socketWatch, pending > 0 || (inputEnded && eom && !eomSent) ? .writable : []) }
+            let more = pending > 0 || (inputEnded && eom && !eomSent)
+            if let socketWatch { loop.setEvents(socketWatch, more && !fencing ? .writable : []) }
         } else {
             sendNextValue()
         }
-        if inputEnded && pending == 0 && inFlight == 0 && (!eom || eomSent) {
+        if inputEnded && pending == 0 && inFlight == 0 && !fencing && (!eom || eomSent) {
             drainThenFinish()
         }
     }
@@ -245,8 +254,12 @@ final class Writer {
 
     /// AcquireWrite path: one datagram per Write Command, as long as the socket takes them.
     private func socketWritable(_ events: IOEvents) {
-        guard let fd = socket?.rawValue, !finished else { return }
+        guard let fd = socket?.rawValue, !finished, !fencing else { return }
         while let piece = nextPiece() {
+            if sinceFence >= Writer.fenceEvery && characteristic.has("read") {
+                fence()
+                return
+            }
             let n = piece.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             if n < 0 {
                 if errno == EINTR { continue }
@@ -255,14 +268,30 @@ final class Writer {
                 return
             }
             confirmed += piece.count
+            sinceFence += 1
             consume(piece)
         }
         pump()
     }
 
-    /// Every byte is written; for the socket, wait until bluetoothd has taken all of it, and if
-    /// we are about to end our own connection, let a read go through the same link first: it is
-    /// queued behind the commands, so its answer means they went out.
+    private func fence() {
+        fencing = true
+        if let socketWatch { loop.setEvents(socketWatch, []) }
+        characteristic.read(timeout: 30) { [weak self] result in
+            guard let self, !self.finished else { return }
+            self.fencing = false
+            self.sinceFence = 0
+            if case .failure(let error) = result {
+                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes written)")))
+                return
+            }
+            self.pump()
+        }
+    }
+
+    /// Every byte is written; for the socket, wait until bluetoothd has taken all of it, then let
+    /// a read go through the same link: it is queued behind the commands, so its answer means
+    /// they went out (and ending our connection next cannot cut them off).
     private func drainThenFinish() {
         guard !finished else { return }
         if let fd = socket?.rawValue {
@@ -276,7 +305,7 @@ final class Writer {
                 finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within 30 s")))
                 return
             }
-            if characteristic.peer.madeConnection && characteristic.has("read") {
+            if characteristic.has("read") {
                 _ = try? characteristic.read(timeout: 10)
             }
         }
