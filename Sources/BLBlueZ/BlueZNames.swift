@@ -25,6 +25,52 @@ public enum KnownUUIDs {
     public static let nusTX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 }
 
+/// The service and characteristics a tool works with, from `--service`/`--char` or `--nus`
+/// (the same three options in blsend, blrecv and blserve).
+public struct GattLayout: Equatable, Sendable {
+    public var service: String
+    /// Where centrals write.
+    public var write: String
+    /// Where notifications and reads come from (the write characteristic except for --nus).
+    public var notify: String
+
+    public static let raspBLE = GattLayout(service: KnownUUIDs.raspBLEService, write: KnownUUIDs.raspBLECharacteristic,
+                                           notify: KnownUUIDs.raspBLECharacteristic)
+    public static let nus = GattLayout(service: KnownUUIDs.nusService, write: KnownUUIDs.nusRX, notify: KnownUUIDs.nusTX)
+
+    public init(service: String, write: String, notify: String) {
+        self.service = service
+        self.write = write
+        self.notify = notify
+    }
+
+    /// The layout the options ask for; the RaspBLE one by default.
+    public init(_ options: ParsedOptions) throws(UsageError) {
+        if options.has("nus") {
+            if options.has("service") || options.has("char") {
+                throw UsageError("--nus chooses the service and characteristics; it cannot be combined with --service or --char")
+            }
+            self = .nus
+            return
+        }
+        let service = try GattLayout.uuid(options, "service") ?? KnownUUIDs.raspBLEService
+        let characteristic = try GattLayout.uuid(options, "char") ?? KnownUUIDs.raspBLECharacteristic
+        self.init(service: service, write: characteristic, notify: characteristic)
+    }
+
+    /// `--NAME` as a 128-bit UUID, or nil when the option is absent.
+    public static func uuid(_ options: ParsedOptions, _ name: String) throws(UsageError) -> String? {
+        guard let text = options.string(name) else { return nil }
+        guard let uuid = BluetoothUUID.normalize(text) else {
+            throw UsageError("--\(name) wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
+        }
+        return uuid
+    }
+
+    /// True for the Nordic UART layout (separate write and notify characteristics).
+    public var splitsWriteAndNotify: Bool { write != notify }
+}
+
 /// Bluetooth UUIDs as BlueZ prints them: 128-bit, lower case.
 public enum BluetoothUUID {
     static let baseSuffix = "-0000-1000-8000-00805f9b34fb"

@@ -27,29 +27,12 @@ public struct CentralTarget {
         selector = DeviceSelector(options.operands[0])
         Tool.verbosity = options.count("verbose")
         adapterName = options.string("adapter")
-        if options.has("nus") {
-            if options.has("service") || options.has("char") {
-                throw UsageError("--nus chooses the service and characteristics; it cannot be combined with --service or --char")
-            }
-            service = KnownUUIDs.nusService
-            writeCharacteristic = KnownUUIDs.nusRX
-            notifyCharacteristic = KnownUUIDs.nusTX
-        } else {
-            service = try CentralTarget.uuid(options, "service") ?? KnownUUIDs.raspBLEService
-            let characteristic = try CentralTarget.uuid(options, "char") ?? KnownUUIDs.raspBLECharacteristic
-            writeCharacteristic = characteristic
-            notifyCharacteristic = characteristic
-        }
+        let layout = try GattLayout(options)
+        service = layout.service
+        writeCharacteristic = layout.write
+        notifyCharacteristic = layout.notify
         scanTimeout = try options.seconds("scan-timeout", in: 0...3600) ?? 10
         connectTimeout = try options.seconds("connect-timeout", in: 0.1...3600) ?? 10
-    }
-
-    static func uuid(_ options: ParsedOptions, _ name: String) throws -> String? {
-        guard let text = options.string(name) else { return nil }
-        guard let uuid = BluetoothUUID.normalize(text) else {
-            throw UsageError("--\(name) wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
-        }
-        return uuid
     }
 
     /// Finds and connects to the device. The caller disconnects (`Peer.disconnect`) when done.

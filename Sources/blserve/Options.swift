@@ -96,19 +96,11 @@ struct ServeConfig: Equatable {
             guard !name.isEmpty else { throw UsageError("--name wants a non-empty name") }
             self.name = name
         }
-        if options.has("nus") {
-            if options.has("service") || options.has("char") {
-                throw UsageError("--nus chooses the service and characteristics; it cannot be combined with --service or --char")
-            }
-            serviceUUID = KnownUUIDs.nusService
-            writeUUID = KnownUUIDs.nusRX
-            notifyUUID = KnownUUIDs.nusTX
-        } else {
-            serviceUUID = try Self.uuid(options, "service") ?? serviceUUID
-            writeUUID = try Self.uuid(options, "char") ?? writeUUID
-            notifyUUID = writeUUID
-            if serviceUUID == writeUUID { throw UsageError("--service and --char must differ") }
-        }
+        let layout = try GattLayout(options)
+        serviceUUID = layout.service
+        writeUUID = layout.write
+        notifyUUID = layout.notify
+        if serviceUUID == writeUUID { throw UsageError("--service and --char must differ") }
         writeWithoutResponse = options.has("write-without-response")
         if let code = try options.choice("reply-code", of: ["auto", "raw", "T", "U", "I"]) {
             switch code {
@@ -138,14 +130,6 @@ struct ServeConfig: Equatable {
             throw UsageError("--\(option) is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
-    }
-
-    static func uuid(_ options: ParsedOptions, _ name: String) throws(UsageError) -> String? {
-        guard let text = options.string(name) else { return nil }
-        guard let uuid = BluetoothUUID.normalize(text) else {
-            throw UsageError("--\(name) wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
-        }
-        return uuid
     }
 
     /// The characteristics to register: (UUID, Flags), the write one first.

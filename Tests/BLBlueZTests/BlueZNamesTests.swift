@@ -82,4 +82,20 @@ final class BlueZNamesTests: XCTestCase {
         XCTAssertEqual(objects.adapters.map(\.powered), [true, false])
         XCTAssertEqual(objects.devices(of: objects.adapters[0]).map(\.address), ["11:22:33:44:55:66"])
     }
+
+    func testGattLayoutFromOptions() throws {
+        let spec = CommandSpec(name: "t", usage: [], summary: "", options: [
+            OptionSpec("service", value: "UUID", help: ""), OptionSpec("char", value: "UUID", help: ""),
+            OptionSpec("nus", help: ""),
+        ])
+        XCTAssertEqual(try GattLayout(spec.parse([])), .raspBLE)
+        XCTAssertEqual(try GattLayout(spec.parse(["--nus"])), .nus)
+        XCTAssertTrue(GattLayout.nus.splitsWriteAndNotify)
+        let custom = try GattLayout(spec.parse(["--service", "fff0", "--char", "FFF1"]))
+        XCTAssertEqual(custom.service, "0000fff0-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(custom.write, "0000fff1-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(custom.notify, custom.write)
+        XCTAssertThrowsError(try GattLayout(spec.parse(["--nus", "--char", "fff1"])))
+        XCTAssertThrowsError(try GattLayout(spec.parse(["--service", "xyz"])))
+    }
 }
