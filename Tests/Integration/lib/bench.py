@@ -9,6 +9,7 @@ BL_ADDR_A, BL_ADDR_B, ... (their addresses) and BL_BENCH_OUT (the output directo
 """
 
 import os
+import socket
 import sys
 import time
 import traceback
@@ -462,6 +463,36 @@ def device_address(device_path):
     return str(device_path).rsplit("/", 1)[-1][len("dev_"):].replace("_", ":")
 
 
+_DGRAM_QLEN = "/proc/sys/net/unix/max_dgram_qlen"
+
+
+def _deep_socketpair():
+    """A SEQPACKET pair whose receiving end can hold thousands of messages.
+
+    bluetoothd drops a write command it cannot hand to an acquired socket at once, and a
+    socket takes only net.unix.max_dgram_qlen (10 by default) unread messages, fixed when it
+    is created: raised just for this pair, as root (the bench runs as root)."""
+    try:
+        with open(_DGRAM_QLEN) as f:
+            old = f.read().strip()
+        with open(_DGRAM_QLEN, "w") as f:
+            f.write("4096")
+    except OSError:
+        return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    finally:
+        with open(_DGRAM_QLEN, "w") as f:
+            f.write(old)
+    for sock in pair:  # and the bytes to go with them
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 32, 16 << 20)  # SO_SNDBUFFORCE
+            sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE
+        except OSError:
+            pass
+    return pair
+
+
 class Characteristic(dbus.service.Object):
     """A local characteristic with flags read, write and notify.
 
@@ -470,8 +501,12 @@ class Characteristic(dbus.service.Object):
     it got an answer meant for it. Set on_read / on_write to change that.
     """
 
-    def __init__(self, bench, service, uuid, flags=("read", "write", "notify")):
+    def __init__(self, bench, service, uuid, flags=("read", "write", "notify"), acquire_write=False):
         self.bench = bench
+        # With acquire_write, bluetoothd hands every write to a socket (AcquireWrite, bluez-notes
+        # §3.8) instead of one WriteValue call each; on_write then sees empty options.
+        self.acquire_write = acquire_write
+        self.write_sockets = []
         self.path = service.path + "/char%d" % (len(service.characteristics))
         self.uuid = uuid
         self.service = service
@@ -486,11 +521,14 @@ class Characteristic(dbus.service.Object):
         super().__init__(bench.bus, self.path)
 
     def properties(self):
-        return {
+        props = {
             "UUID": dbus.String(self.uuid),
             "Service": dbus.ObjectPath(self.service.path),
             "Flags": dbus.Array(self.flags, signature="s"),
         }
+        if self.acquire_write:
+            props["WriteAcquired"] = dbus.Boolean(bool(self.write_sockets))
+        return props
 
     @dbus.service.method(PROPS_IFACE, in_signature="s", out_signature="a{sv}")
     def GetAll(self, interface):
@@ -498,6 +536,9 @@ class Characteristic(dbus.service.Object):
 
     @dbus.service.method(CHRC_IFACE, in_signature="a{sv}", out_signature="ay")
     def ReadValue(self, options):
+        # Writes still waiting on an acquired socket came before this read.
+        for sock, writer in list(self.write_sockets):
+            self._take_writes(sock, writer)
         central = device_address(options.get("device", ""))
         self.reads.append((central, dict(options)))
         if self.on_read is not None:
@@ -509,14 +550,47 @@ class Characteristic(dbus.service.Object):
 
     @dbus.service.method(CHRC_IFACE, in_signature="aya{sv}", out_signature="")
     def WriteValue(self, value, options):
-        central = device_address(options.get("device", ""))
-        data = bytes(value)
+        self._written(device_address(options.get("device", "")), bytes(value), options)
+
+    def _take_writes(self, sock, central):
+        """Handles every write waiting on an acquired socket; False once it is closed."""
+        if (sock, central) not in self.write_sockets:
+            return False
+        while True:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                self.write_sockets.remove((sock, central))
+                sock.close()
+                return False
+            self._written(central, data, {})
+
+    def _written(self, central, data, options):
         self.writes.append((central, data, dict(options)))
         if self.on_write is not None:
             self.on_write(central, data, options)
         else:
             self.per_device[central] = data
             self.value = data
+
+    @dbus.service.method(CHRC_IFACE, in_signature="a{sv}", out_signature="hq")
+    def AcquireWrite(self, options):
+        if not self.acquire_write:
+            raise dbus.DBusException("no AcquireWrite here", name="org.bluez.Error.NotSupported")
+        central = device_address(options.get("device", ""))
+        ours, theirs = _deep_socketpair()
+        ours.setblocking(False)
+        theirs.setblocking(False)  # bluetoothd must never block on it (bluez-notes §3.8)
+        self.write_sockets.append((ours, central))
+        GLib.io_add_watch(ours.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP | GLib.IO_ERR,
+                          lambda _fd, _condition: self._take_writes(ours, central))
+        fd = dbus.types.UnixFd(theirs)  # duplicates the descriptor
+        theirs.close()
+        return fd, dbus.UInt16(int(options.get("mtu", 23)))
 
     @dbus.service.method(CHRC_IFACE, in_signature="", out_signature="")
     def StartNotify(self):
@@ -545,8 +619,8 @@ class Service(dbus.service.Object):
         self.characteristics = []
         super().__init__(bench.bus, self.path)
 
-    def add_characteristic(self, uuid, flags=("read", "write", "notify")):
-        chrc = Characteristic(self.bench, self, uuid, flags)
+    def add_characteristic(self, uuid, flags=("read", "write", "notify"), acquire_write=False):
+        chrc = Characteristic(self.bench, self, uuid, flags, acquire_write)
         self.characteristics.append(chrc)
         return chrc
 

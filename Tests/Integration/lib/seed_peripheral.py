@@ -16,6 +16,8 @@ MODE:
   002   seed 002: on subscription, notifies TEXT in 20-byte pieces, then EOM.
   sink  a read/write/write-without-response characteristic that appends every write to
         $BL_SINK (a file); reads return the sha256 hex digest of what was written so far.
+        With BL_SINK_ACQUIRE=1 it takes the writes through AcquireWrite's socket rather
+        than a WriteValue call per write, so it is not what limits a client's rate.
   flood a notify characteristic (service fff0, characteristic fff2): when a central subscribes,
         notifies the bytes of $BL_FLOOD in 500-byte pieces as fast as bluetoothd takes them,
         then EOM.
@@ -181,15 +183,19 @@ def main():
     elif mode == "sink":
         service_uuid = SINK_SERVICE
         chrc = app.add_service(SINK_SERVICE).add_characteristic(
-            SINK_CHAR, ("read", "write", "write-without-response", "notify"))
+            SINK_CHAR, ("read", "write", "write-without-response", "notify"),
+            acquire_write=os.environ.get("BL_SINK_ACQUIRE") == "1")
         sink_path = os.environ["BL_SINK"]
         digest = hashlib.sha256()
         sink = open(sink_path, "wb")
+
+        paths = {"socket": 0, "WriteValue": 0}
 
         def on_write(central, data, options):
             sink.write(data)
             sink.flush()
             digest.update(data)
+            paths["WriteValue" if options else "socket"] += 1
 
         chrc.on_write = on_write
         chrc.on_read = lambda central, options: digest.copy().hexdigest().encode()
@@ -208,6 +214,8 @@ def main():
     for signo in (signal.SIGTERM, signal.SIGINT):
         GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, signo, loop.quit)
     loop.run()
+    if mode == "sink":
+        log("sink: %(socket)d writes through the acquired socket, %(WriteValue)d through WriteValue" % paths)
 
 
 if __name__ == "__main__":
