@@ -109,12 +109,16 @@ public final class ChildProcesses {
     ///   - stdin, stdout, stderr: ``Subprocess/Stream/pipe`` gives this process a non-blocking,
     ///     close-on-exec end (``Subprocess/stdinFD``…), ``Subprocess/Stream/null`` connects
     ///     `/dev/null`, ``Subprocess/Stream/inherit`` passes this process's descriptor.
-    /// - Throws: the `Errno` of `pipe` or `posix_spawnp`; glibc reports a failed `exec` (ENOENT,
-    ///   EACCES…) from `posix_spawnp` itself.
+    ///   - executable: the file to run, already looked up (``Subprocess/findExecutable(_:)``);
+    ///     `argv[0]` is still what the program sees as its name. nil searches `PATH` for
+    ///     `argv[0]` at every call, which costs a failed `exec` per directory before the right one.
+    /// - Throws: the `Errno` of `pipe` or `posix_spawn(p)`; glibc reports a failed `exec` (ENOENT,
+    ///   EACCES…) from `posix_spawn(p)` itself.
     ///
-    /// The corresponding C function is `posix_spawnp(3)` with `POSIX_SPAWN_SETPGROUP`.
+    /// The corresponding C function is `posix_spawnp(3)` (`posix_spawn(3)` with `executable`)
+    /// with `POSIX_SPAWN_SETPGROUP`.
     public func spawn(
-        _ argv: [String], environment: [(String, String)] = [],
+        _ argv: [String], executable: String? = nil, environment: [(String, String)] = [],
         stdin: Subprocess.Stream = .pipe, stdout: Subprocess.Stream = .pipe, stderr: Subprocess.Stream = .inherit
     ) throws(Errno) -> Subprocess {
         precondition(!argv.isEmpty, "spawn needs a program")
@@ -190,7 +194,11 @@ public final class ChildProcesses {
             for p in cEnv { free(p) }
         }
         var pid: pid_t = 0
-        rc = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArgs, &cEnv)
+        if let executable {
+            rc = posix_spawn(&pid, executable, &actions, &attributes, &cArgs, &cEnv)
+        } else {
+            rc = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArgs, &cEnv)
+        }
         for fd in childEnds { FileIO.close(fd) }
         childEnds.removeAll()
         if rc != 0 {
@@ -262,7 +270,7 @@ public final class ChildProcesses {
     }
 }
 
-/// One child process started by ``ChildProcesses/spawn(_:environment:stdin:stdout:stderr:)``.
+/// One child process started by ``ChildProcesses/spawn(_:executable:environment:stdin:stdout:stderr:)``.
 ///
 /// The descriptors are the parent's ends of the pipes (non-blocking, close-on-exec), or -1.
 /// Watch them on the loop yourself; close them with ``closeStdin()``/``closeStdout()``/

@@ -133,7 +133,7 @@ final class FrameMode: ServeMode {
         env.append(("BL_CODE", request.code.description))
         env.append(("BL_SIZE", String(request.body.count)))
         let limit = config.replyCode == .raw ? FrameFormat.headerSize + FrameFormat.maxBodySize : FrameFormat.maxBodySize
-        let run = HandlerRun(argv: config.command, environment: env, input: request.body, outputLimit: limit,
+        let run = HandlerRun(command: server.handler, environment: env, input: request.body, outputLimit: limit,
                              timeout: config.handlerTimeout, children: server.children, buffer: server.buffer) {
             [unowned self, unowned c] outcome in
             self.finished(c, request, outcome)

@@ -34,7 +34,7 @@ final class HandlerRun {
 
     private let children: ChildProcesses
     private let buffer: SharedReadBuffer
-    private let argv: [String]
+    private let command: HandlerCommand
     private let environment: [(String, String)]
     private var input: [UInt8]
     private var inputOffset = 0
@@ -52,9 +52,9 @@ final class HandlerRun {
     private var started = 0.0
     private var loop: EventLoop { children.loop }
 
-    init(argv: [String], environment: [(String, String)], input: [UInt8], outputLimit: Int, timeout: Double,
+    init(command: HandlerCommand, environment: [(String, String)], input: [UInt8], outputLimit: Int, timeout: Double,
          children: ChildProcesses, buffer: SharedReadBuffer, completion: @escaping (Outcome) -> Void) {
-        self.argv = argv
+        self.command = command
         self.environment = environment
         self.input = input
         self.outputLimit = outputLimit
@@ -69,9 +69,9 @@ final class HandlerRun {
         started = MonotonicClock.seconds()
         let child: Subprocess
         do {
-            child = try children.spawn(argv, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+            child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
         } catch {
-            failure = "cannot run \(argv[0]): \(error)"
+            failure = "cannot run \(command.name): \(error)"
             loop.callSoon { [self] in self.finish(status: nil) }
             return
         }

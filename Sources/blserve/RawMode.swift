@@ -139,10 +139,10 @@ final class RawMode: ServeMode {
     private func start(_ s: Session) -> Bool {
         let process: Subprocess
         do {
-            process = try server.children.spawn(server.config.command, environment: server.environment(device: s.device),
+            process = try server.handler.spawn(server.children, environment: server.environment(device: s.device),
                                                stdin: .pipe, stdout: .pipe, stderr: .inherit)
         } catch {
-            Tool.warn("cannot run \(server.config.command[0]): \(error)")
+            Tool.warn("cannot run \(server.handler.name): \(error)")
             return false
         }
         s.process = process

@@ -26,6 +26,8 @@ final class Server {
     let loop: EventLoop
     let bus: DBusConnection
     let children: ChildProcesses
+    /// COMMAND, found in PATH once.
+    let handler: HandlerCommand
     let buffer = SharedReadBuffer()
     let application: GattApplication
     let peripheral: Peripheral
@@ -46,6 +48,7 @@ final class Server {
         self.loop = loop
         self.bus = bus
         self.adapterName = adapterName
+        handler = HandlerCommand(config.command)
         do {
             children = try ChildProcesses(loop: loop)
         } catch {

@@ -60,10 +60,10 @@ final class StreamMode: ServeMode {
         started = true
         startTime = MonotonicClock.seconds()
         do {
-            process = try server.children.spawn(server.config.command, environment: server.environment(device: nil),
+            process = try server.handler.spawn(server.children, environment: server.environment(device: nil),
                                                stdin: .null, stdout: .pipe, stderr: .inherit)
         } catch {
-            server.shutdown(ToolError(.unavailable, "cannot run \(server.config.command[0]): \(error)"))
+            server.shutdown(ToolError(.unavailable, "cannot run \(server.handler.name): \(error)"))
             return
         }
         server.debug("started \(server.config.command[0]) (pid \(process!.pid))")

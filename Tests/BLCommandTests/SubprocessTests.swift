@@ -44,6 +44,16 @@ final class SubprocessTests: XCTestCase {
         XCTAssertTrue(children.running.isEmpty)
     }
 
+    func testExecutableRunsThatFileUnderArgvZero() throws {
+        // No PATH search: a name that exists nowhere runs, as the given file, under that name.
+        let child = try children.spawn(["no-such-name-blpipe", "-c", "printf %s \"$0\""], executable: "/bin/sh")
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "no-such-name-blpipe")
+        XCTAssertEqual(waitExit(child), .exited(0))
+        XCTAssertThrowsError(try children.spawn(["sh"], executable: "/no/such/file", stdin: .null, stdout: .null)) {
+            XCTAssertEqual($0 as? Errno, Errno(ENOENT))
+        }
+    }
+
     func testStdinPipeAndExitStatus() throws {
         let child = try children.spawn(["sh", "-c", "read x; echo got:$x; exit 7"])
         try FileIO.writeAll(child.stdinFD, "line\n")

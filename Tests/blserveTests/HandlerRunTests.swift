@@ -23,7 +23,7 @@ final class HandlerRunTests: XCTestCase {
     private func run(_ argv: [String], input: [UInt8] = [], limit: Int = 1 << 20, timeout: Double = 10,
                      env: [(String, String)] = [], file: StaticString = #filePath, line: UInt = #line) -> HandlerRun.Outcome? {
         var outcome: HandlerRun.Outcome?
-        let run = HandlerRun(argv: argv, environment: env, input: input, outputLimit: limit, timeout: timeout,
+        let run = HandlerRun(command: HandlerCommand(argv), environment: env, input: input, outputLimit: limit, timeout: timeout,
                              children: children, buffer: buffer) { outcome = $0 }
         run.start()
         if !loop.run(until: { outcome != nil }, timeout: timeout + 10) {
