@@ -43,12 +43,14 @@ final class Server {
     var writeCharacteristic: GattCharacteristic { application.characteristics[0] }
     var notifyCharacteristic: GattCharacteristic { application.characteristics[application.characteristics.count - 1] }
 
-    init(config: ServeConfig, loop: EventLoop, bus: DBusConnection, adapterName: String) throws(ToolError) {
+    /// `handler` is COMMAND already looked up (nil: look it up now).
+    init(config: ServeConfig, loop: EventLoop, bus: DBusConnection, adapterName: String,
+         handler: HandlerCommand? = nil) throws(ToolError) {
         self.config = config
         self.loop = loop
         self.bus = bus
         self.adapterName = adapterName
-        handler = HandlerCommand(config.command)
+        self.handler = handler ?? HandlerCommand(config.command)
         do {
             children = try ChildProcesses(loop: loop)
         } catch {
@@ -241,7 +243,8 @@ extension Server {
     /// blserve's whole life: check the command, connect, pick the adapter, serve.
     static func main(_ config: ServeConfig) throws(ToolError) {
         Signals.ignoreSIGPIPE()
-        guard Subprocess.findExecutable(config.command[0]) != nil else {
+        let handler = HandlerCommand(config.command)
+        guard handler.resolvedPath != nil else {
             throw ToolError(.unavailable, "\(config.command[0]): command not found")
         }
         let loop = EventLoop()
@@ -253,7 +256,7 @@ extension Server {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
             throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")
         }
-        let server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name)
+        let server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)
         try server.run()
     }
 }
