@@ -1,6 +1,7 @@
 import XCTest
 import Glibc
 @testable import BLCommand
+import BLTestSupport
 
 final class SubprocessTests: XCTestCase {
     private var loop: EventLoop!
@@ -19,17 +20,10 @@ final class SubprocessTests: XCTestCase {
 
     /// Reads a child's stdout to its end on the loop.
     private func readAll(_ child: Subprocess, timeout: Double = 10) -> [UInt8] {
-        var out: [UInt8] = []
-        var done = false
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let token = loop.watch(fd: child.stdoutFD, events: .readable) { _ in
-            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }) ?? 0
-            if n == 0 { done = true } else { out += buffer[0..<n] }
-        }
-        XCTAssertTrue(loop.run(until: { done }, timeout: timeout), "stdout did not end")
-        loop.remove(token)
+        let out = readPipe(child.stdoutFD, on: loop, timeout: timeout)
+        XCTAssertNotNil(out, "stdout did not end")
         child.closeStdout()
-        return out
+        return out ?? []
     }
 
     private func waitExit(_ child: Subprocess, timeout: Double = 10) -> ProcessStatus? {
@@ -81,13 +75,7 @@ final class SubprocessTests: XCTestCase {
     func testChildGetsItsOwnProcessGroupAndGroupKillReachesGrandchildren() throws {
         let child = try children.spawn(["sh", "-c", "sleep 30 & echo $!; wait"], stdin: .null)
         // Read the grandchild's pid (the first line), then kill the group.
-        var line: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 64)
-        XCTAssertTrue(loop.run(until: {
-            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }) ?? 0
-            line += buffer[0..<max(n, 0)]
-            return line.contains(10)
-        }, timeout: 10))
+        let line = try XCTUnwrap(readPipe(child.stdoutFD, on: loop) { $0.contains(10) })
         let grandchild = pid_t(String(decoding: line.prefix { $0 != 10 }, as: UTF8.self))!
         XCTAssertEqual(getpgid(child.pid), child.pid)
         XCTAssertEqual(getpgid(grandchild), child.pid)
@@ -134,13 +122,7 @@ final class SubprocessTests: XCTestCase {
         let a = try children.spawn(["sleep", "30"], stdin: .null, stdout: .null)
         let b = try children.spawn(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"], stdin: .null)
         // Only once the trap is set does SIGTERM mean nothing to it.
-        var seen: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16)
-        XCTAssertTrue(loop.run(until: {
-            let n = (try? buffer.withUnsafeMutableBytes { try FileIO.read(b.stdoutFD, into: $0) }) ?? 0
-            seen += buffer[0..<max(n, 0)]
-            return seen.contains(10)
-        }, timeout: 10))
+        XCTAssertEqual(readPipe(b.stdoutFD, on: loop) { $0.contains(10) }, Array("ready\n".utf8))
         let started = MonotonicClock.seconds()
         children.terminateAll(signal: SIGTERM, grace: 0.5)
         XCTAssertEqual(a.status, .signaled(SIGTERM))

@@ -1,6 +1,7 @@
 import XCTest
 import Glibc
 import BLCommand
+import BLTestSupport
 @testable import blserve
 
 final class HandlerCommandTests: XCTestCase {
@@ -32,13 +33,7 @@ final class HandlerCommandTests: XCTestCase {
 
     private func output(_ command: HandlerCommand) throws -> String {
         let child = try command.spawn(children, environment: [], stdin: .null, stdout: .pipe, stderr: .inherit)
-        var out: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        XCTAssertTrue(loop.run(until: {
-            guard let n = try? buffer.withUnsafeMutableBytes({ try FileIO.read(child.stdoutFD, into: $0) }) else { return false }
-            out += buffer[0..<n]
-            return n == 0
-        }, timeout: 10))
+        let out = try XCTUnwrap(readPipe(child.stdoutFD, on: loop), "stdout did not end")
         _ = loop.run(until: { child.status != nil }, timeout: 10)
         XCTAssertEqual(child.status, .exited(0))
         return String(decoding: out, as: UTF8.self)

@@ -85,19 +85,10 @@ final class ProcessTests: XCTestCase {
                 XCTAssertEqual(error, .pipe)
             }
             child.closeStdin()
-            var out: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 4096)
-            XCTAssertTrue(loop.run(until: {
-                do {
-                    let n = try buffer.withUnsafeMutableBytes { try FileIO.read(child.stdoutFD, into: $0) }
-                    out += buffer[0..<n]
-                    return n == 0
-                } catch {
-                    return false  // EAGAIN: not yet
-                }
-            }, timeout: 20))
+            let out = readPipe(child.stdoutFD, on: loop, timeout: 20)
+            XCTAssertNotNil(out, "the handler's stdout did not end")
             XCTAssertEqual(finish(child), .exited(0))
-            return String(decoding: out, as: UTF8.self)
+            return String(decoding: out ?? [], as: UTF8.self)
         }
         XCTAssertEqual(try run("T", "こんにちは"), "あなたは「こんにちは」と言いました")
         XCTAssertEqual(try run("U", "file:///etc/passwd"), "error: not an http(s) URL: file:///etc/passwd")
