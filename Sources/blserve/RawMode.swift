@@ -151,7 +151,7 @@ final class RawMode: ServeMode {
         s.bytesOut = 0
         s.droppedWarned = false
         process.onExit = { [unowned self, unowned s] _ in self.checkEnded(s) }
-        server.debug("\(Server.centralName(s.device)): started \(server.config.command[0]) (pid \(process.pid))")
+        server.debug("\(Server.centralName(s.device)): started \(server.handler.name) (pid \(process.pid))")
         updateStdoutWatch(s)
         return true
     }
@@ -285,7 +285,7 @@ final class RawMode: ServeMode {
         if server.config.eom && !s.gone { deliver(Array("EOM".utf8), to: s) }
         if server.config.verbose {
             let ms = Int(((MonotonicClock.seconds() - s.started) * 1000).rounded())
-            Tool.warn("\(Server.centralName(s.device)): \(server.config.command[0]) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")
+            Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")
         }
         if s.gone { sessions[s.device] = nil }
     }

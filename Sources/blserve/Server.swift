@@ -245,7 +245,7 @@ extension Server {
         Signals.ignoreSIGPIPE()
         let handler = HandlerCommand(config.command)
         guard handler.resolvedPath != nil else {
-            throw ToolError(.unavailable, "\(config.command[0]): command not found")
+            throw ToolError(.unavailable, "\(handler.name): command not found")
         }
         let loop = EventLoop()
         let client = try BlueZClient(loop: loop)

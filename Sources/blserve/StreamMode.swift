@@ -66,7 +66,7 @@ final class StreamMode: ServeMode {
             server.shutdown(ToolError(.unavailable, "cannot run \(server.handler.name): \(error)"))
             return
         }
-        server.debug("started \(server.config.command[0]) (pid \(process!.pid))")
+        server.debug("started \(server.handler.name) (pid \(process!.pid))")
         process!.onExit = { [unowned self] _ in self.checkEnded() }
     }
 
@@ -111,9 +111,9 @@ final class StreamMode: ServeMode {
         finishing = true
         if server.config.eom { server.notifier.enqueue(Array("EOM".utf8), chunk: 3) }
         let ms = Int(((MonotonicClock.seconds() - startTime) * 1000).rounded())
-        server.debug("\(server.config.command[0]) ended: \(status), \(bytesOut) bytes notified, \(ms) ms")
+        server.debug("\(server.handler.name) ended: \(status), \(bytesOut) bytes notified, \(ms) ms")
         server.notifier.flush { [unowned self] in
-            self.server.shutdown(status.succeeded ? nil : ToolError(.failure, "\(self.server.config.command[0]) ended with \(status)"))
+            self.server.shutdown(status.succeeded ? nil : ToolError(.failure, "\(self.server.handler.name) ended with \(status)"))
         }
     }
 }
