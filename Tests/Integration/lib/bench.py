@@ -20,6 +20,8 @@ import dbus.mainloop.glib
 import dbus.service
 from gi.repository import GLib
 
+from benchlog import check, fail, log  # noqa: F401 (the tests import them from here too)
+
 dbus.mainloop.glib.DBusGMainLoop(set_as_default=True)
 
 BLUEZ = "org.bluez"
@@ -33,27 +35,9 @@ GATT_MANAGER_IFACE = "org.bluez.GattManager1"
 ADV_MANAGER_IFACE = "org.bluez.LEAdvertisingManager1"
 ADV_IFACE = "org.bluez.LEAdvertisement1"
 
-_T0 = time.monotonic()
-
 
 class BenchError(Exception):
     """A bench step did not happen as expected (the message says which)."""
-
-
-def log(*parts):
-    """Print a line with the seconds since the test started."""
-    print("[%7.3f]" % (time.monotonic() - _T0), *parts, flush=True)
-
-
-def fail(message):
-    """Report a failed check and end the test with status 1."""
-    log("FAILED:", message)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def run(main):

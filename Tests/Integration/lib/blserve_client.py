@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+from benchlog import check, fail, log  # noqa: F401 (the tests import them from here too)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 SETUP_BLEAK = os.path.join(PROJECT, "scripts", "bench", "setup-bleak")
@@ -35,22 +37,6 @@ NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 # A BlueZ 5.66 peripheral refuses single writes over 510 bytes (bluez-notes §9.1), so pieces are
 # min(MTU-3, 510): what the seed client's "MTU-3 pieces" become on this bench.
 MAX_PIECE = 510
-
-_T0 = time.monotonic()
-
-
-def log(*parts):
-    print("[%7.3f]" % (time.monotonic() - _T0), *parts, flush=True)
-
-
-def fail(message):
-    log("FAILED:", message)
-    sys.exit(1)
-
-
-def check(condition, message):
-    if not condition:
-        fail(message)
 
 
 def ensure_bleak():
