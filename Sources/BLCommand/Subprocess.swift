@@ -339,6 +339,15 @@ public final class Subprocess {
         _ = kill(-pid, signal)
     }
 
+    /// Sends SIGKILL to what is left of the child's process group. Only for `onExit`, which
+    /// runs right after the child was reaped: Linux hands out process ids in turn, so its id
+    /// cannot have been reused as another group's yet.
+    ///
+    /// The corresponding C function is `kill(2)` with `-pgid`.
+    public func killGroupJustReaped() {
+        _ = kill(-pid, SIGKILL)
+    }
+
     func ended(_ status: ProcessStatus) {
         self.status = status
         let callback = onExit

@@ -86,6 +86,20 @@ final class HandlerRun {
         timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }
     }
 
+    /// Drops the run without calling the completion and leaves the process to whoever ends
+    /// the server's children (`ChildProcesses.terminateAll`: SIGTERM first, then SIGKILL).
+    func detach() {
+        completion = nil
+        if let graceTimer { loop.cancel(graceTimer) }
+        graceTimer = nil
+        if let timer { loop.cancel(timer) }
+        timer = nil
+        if let stdinWatch { loop.remove(stdinWatch) }
+        stdinWatch = nil
+        if let stdoutWatch { loop.remove(stdoutWatch) }
+        stdoutWatch = nil
+    }
+
     /// Kills the process group and drops the run without calling the completion.
     func cancel() {
         completion = nil
@@ -130,6 +144,9 @@ final class HandlerRun {
                 n = 0
             }
             if n == 0 {
+                // COMMAND has exited and what it left in its group has let go of stdout too:
+                // end those leftovers with the run (while the pipe is open the group id is safe).
+                if child.status != nil { child.signalGroup(SIGKILL) }
                 closeStdout()
                 checkDone()
                 return
@@ -169,9 +186,15 @@ final class HandlerRun {
             graceTimer = loop.schedule(after: Self.exitGrace) { [weak self] in
                 guard let self, let child = self.process, child.stdoutFD >= 0 else { return }
                 self.drain()
+                // What still holds the pipe is left over from this run: end it with the run.
+                child.signalGroup(SIGKILL)
                 self.closeStdout()
                 self.checkDone()
             }
+        } else {
+            // Anything COMMAND left running in its group ends with the run, so no request leaves
+            // processes behind (nor escapes --handler-timeout).
+            process?.killGroupJustReaped()
         }
         checkDone()
     }

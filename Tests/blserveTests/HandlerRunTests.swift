@@ -136,4 +136,30 @@ final class HandlerRunTests: XCTestCase {
         XCTAssertEqual(FrameMode.reply(for: outcome([], failure: "timed out after 30 s"), code: .auto),
                        Array("T0000027error: timed out after 30 s".utf8))
     }
+    /// What COMMAND leaves running in its group ends with the run, whether or not it still holds
+    /// standard output (it would otherwise outlive --handler-timeout and pile up per request).
+    func testWhatCommandLeavesBehindEndsWithTheRun() throws {
+        for script in ["sleep 30 & echo $!", "sleep 30 >/dev/null & echo $!"] {
+            let outcome = try XCTUnwrap(run(["sh", "-c", script], timeout: 20))
+            XCTAssertNil(outcome.failure, script)
+            let text = String(decoding: outcome.output, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+            let pid = try XCTUnwrap(Int32(text), "\(script): printed \(text)")
+            // Gone, or dead and waiting for init to reap it.
+            let gone = loop.run(until: { kill(pid, 0) != 0 || Self.isZombie(pid) }, timeout: 3)
+            if !gone { kill(pid, SIGKILL) }
+            XCTAssertTrue(gone, "\(script): the background sleep outlived the run")
+        }
+    }
+
+    private static func isZombie(_ pid: Int32) -> Bool {
+        let fd = open("/proc/\(pid)/stat", O_RDONLY)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: 512)
+        let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        guard n > 0 else { return false }
+        let text = String(decoding: bytes[0..<n], as: UTF8.self)
+        guard let paren = text.lastIndex(of: ")") else { return false }
+        return text[text.index(after: paren)...].drop(while: { $0 == " " }).hasPrefix("Z")
+    }
 }
