@@ -43,8 +43,9 @@ final class FrameMode: ServeMode {
     private var config: ServeConfig { server.config }
 
     private func central(for device: String) -> Central {
-        if let c = centrals[device] {
-            c.gone = false
+        // A central that disconnected and came back starts afresh: nothing of its earlier
+        // connection (a diverted push tail) may reach the new one.
+        if let c = centrals[device], !c.gone {
             return c
         }
         if centrals.count >= Self.maxIdleCentrals { prune() }
@@ -108,17 +109,27 @@ final class FrameMode: ServeMode {
         }
     }
 
+    /// Forgets a central that disconnected. Its running COMMAND is killed: nobody is left to
+    /// read the reply, and a central that connects again and again must not pile up processes.
     private func drop(_ c: Central) {
         c.gone = true
+        c.running?.cancel()
+        c.running = nil
         c.pending.removeAll()
         c.replies.removeAll()
         c.reassembler.reset()
-        if c.running == nil && c.pushing == 0 { centrals[c.device] = nil }
+        forgetIfDone(c)
+    }
+
+    /// Removes a dropped central once nothing refers to it any more (push jobs in the notifier).
+    private func forgetIfDone(_ c: Central) {
+        if c.gone && c.running == nil && c.pushing == 0 && centrals[c.device] === c { centrals[c.device] = nil }
     }
 
     func shutdown() {
+        // The server's shutdown ends the commands (SIGTERM, then SIGKILL); no reply is sent.
         for c in centrals.values {
-            c.running?.cancel()
+            c.running?.detach()
             c.running = nil
             c.pending.removeAll()
         }
@@ -152,7 +163,7 @@ final class FrameMode: ServeMode {
             Tool.warn("\(Server.centralName(c.device)): \(request.code) \(request.body.count) bytes: \(result), \(what), \(ms) ms")
         }
         if c.gone {
-            if c.pushing == 0 { centrals[c.device] = nil }
+            forgetIfDone(c)
             return
         }
         deliver(reply, to: c)
@@ -162,18 +173,27 @@ final class FrameMode: ServeMode {
     private func deliver(_ reply: [UInt8], to c: Central) {
         if reply.isEmpty { return }
         let notifier = server.notifier
-        if config.reply == .push, server.canPush(to: c.device) {
+        // While an earlier reply is still being pushed, later ones follow it through the
+        // notifier even if pushing is no longer possible: the notifier diverts them in order.
+        if config.reply == .push, server.canPush(to: c.device) || c.pushing > 0 {
             c.pushing += 1
             notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
-                             divert: { [weak c] rest in
-                                 // No doorbell: the seed client reads after every notification,
-                                 // and a doorbell here would land inside the frame it is parsing.
-                                 if let c, !c.gone { c.replies.append(rest) }
+                             divert: { [weak self, weak c] rest in
+                                 guard let self, let c, !c.gone else { return }
+                                 c.replies.append(rest)
+                                 if rest.count == reply.count {
+                                     // Nothing of it was notified: ring as a pulled reply does.
+                                     self.server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
+                                 } else {
+                                     // The central is inside this frame: an empty notification
+                                     // (no bytes for its parser) makes it read the rest.
+                                     self.server.notifier.enqueue([], chunk: 1)
+                                 }
                              },
                              done: { [weak self, weak c] in
                                  guard let self, let c else { return }
                                  c.pushing = max(0, c.pushing - 1)
-                                 if c.gone && c.running == nil && c.pushing == 0 { self.centrals[c.device] = nil }
+                                 self.forgetIfDone(c)
                              })
             return
         }

@@ -130,6 +130,11 @@ struct ServeConfig: Equatable {
             throw UsageError("--\(option) is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
+        if mode == .stream, !allow.isEmpty {
+            // bluetoothd does not say who subscribes (StartNotify has no device), and the stream
+            // goes to every subscriber: --allow could not keep anyone out.
+            throw UsageError("--allow cannot be used with --mode stream: subscribers are not known by address")
+        }
     }
 
     /// The characteristics to register: (UUID, Flags), the write one first.

@@ -82,6 +82,8 @@ final class OptionsTests: XCTestCase {
         XCTAssertTrue(usageError(["--mode", "stream", "--reply", "push", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--mode", "raw", "--max-frame", "1K", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
+        XCTAssertTrue(usageError(["--mode", "stream", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]).contains("--allow"))
+        XCTAssertNoThrow(try config(["--mode", "raw", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]))
         XCTAssertTrue(usageError(["--name", "", "cat"]).contains("--name"))
         XCTAssertTrue(usageError(["--service", "180d", "--char", "180d", "cat"]).contains("differ"))
     }

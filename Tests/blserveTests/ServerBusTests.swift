@@ -348,4 +348,50 @@ final class ServerBusTests: XCTestCase {
         _ = loop.run(until: { self.server.stopping }, timeout: 5)
         XCTAssertTrue(server.stopping, "blserve did not end after the stream")
     }
+    // MARK: - Disconnects and push fallback
+
+    func testACommandRunningForACentralThatLeftIsKilled() throws {
+        try start(["sleep", "30"])
+        for i in 1...5 {
+            let d = FakeBluetoothd.device(i)
+            try bluez.setConnected(d, true)
+            ok(bluez.write(frame("T", "x"), from: d))
+            XCTAssertTrue(loop.run(until: { self.server.children.running.count == i }, timeout: 5))
+        }
+        for i in 1...5 { try bluez.setConnected(FakeBluetoothd.device(i), false) }
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+                      "\(server.children.running.count) commands still run for centrals that left")
+    }
+
+    func testACentralThatReconnectsGetsNoReplyFromItsEarlierConnection() throws {
+        try start(["sh", "-c", "sleep 1; cat"])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "one"), from: a))
+        settle(0.2)
+        try bluez.setConnected(a, false)
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "two"), from: a))
+        XCTAssertEqual(reply(for: a, bytes: 11, timeout: 5), "T0000003two")
+        settle(1.5)
+        XCTAssertEqual(bluez.readAll(from: a), [])
+    }
+
+    /// A reply still being pushed when the asker stops being the sole subscriber: its rest and
+    /// every later reply go to the read queue in order, and the central is told to read.
+    func testPushFallingBackToPullKeepsRepliesInOrder() throws {
+        try start(["--reply", "push", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        // A backlog in the notifier: the reply below waits behind it.
+        server.notifier.enqueue(Array(repeating: 0x2E, count: 5000), chunk: 1)
+        ok(bluez.write(frame("T", "first"), from: a))
+        settle(0.2)
+        try bluez.setConnected(b, true)
+        ok(bluez.write(frame("T", "second"), from: a))
+        settle(0.2)
+        XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
+        XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
+        let told = bluez.notifications.filter { $0 != [0x2E] }
+        XCTAssertTrue(told.contains(Array("N0000000".utf8)), "no doorbell for the diverted reply: \(told)")
+    }
 }
