@@ -55,6 +55,56 @@ public final class RemoteCharacteristic {
         return reply.first?.bytes ?? []
     }
 
+    // MARK: Ordering reads
+
+    /// A read whose answer proves that the Write Commands queued before it have left.
+    ///
+    /// bluetoothd sends queued commands before the next request on the link (shared/att.c
+    /// pick_next_send_op()), so the answer to a read comes only after them. A Client
+    /// Characteristic Configuration descriptor is read in preference to the characteristic:
+    /// reading it never has side effects, while a RaspBLE-style server hands out the next piece
+    /// of a reply on every read of its characteristic.
+    public struct OrderingRead {
+        let peer: Peer
+        let path: String
+        let interface: String
+        /// What is read, for messages: "the CCC descriptor of …" or the characteristic's UUID.
+        public let what: String
+
+        /// The corresponding BlueZ method is `ReadValue` (GattDescriptor1 or GattCharacteristic1).
+        public func read(timeout: Double, completion: @escaping (Result<Void, ToolError>) -> Void) {
+            peer.client.bus.call(destination: BlueZ.service, path: path, interface: interface, member: "ReadValue",
+                                 args: [.stringDict(ordered: [])], timeout: timeout) { result in
+                switch result {
+                case .success: completion(.success(()))
+                case .failure(let error): completion(.failure(BlueZErrors.toolError("reading \(what)", error)))
+                }
+            }
+        }
+    }
+
+    /// The read to fence Write Commands with: a CCC descriptor of this service (else of the
+    /// device), else this characteristic when it is readable, else nil.
+    public func orderingRead() -> OrderingRead? {
+        let ccc = "00002902" + BluetoothUUID.baseSuffix
+        if let objects = try? client.managedObjects() {
+            let servicePath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+            for scope in [servicePath, peer.path] {
+                let found = objects.paths(with: BlueZ.gattDescriptorInterface, under: scope).first {
+                    objects.properties($0, BlueZ.gattDescriptorInterface)?["UUID"]?.string?.lowercased() == ccc
+                }
+                if let found {
+                    return OrderingRead(peer: peer, path: found, interface: BlueZ.gattDescriptorInterface,
+                                        what: "a CCC descriptor (\(found))")
+                }
+            }
+        }
+        if has("read") {
+            return OrderingRead(peer: peer, path: path, interface: BlueZ.gattCharacteristicInterface, what: uuid)
+        }
+        return nil
+    }
+
     // MARK: Write
 
     public enum WriteType: String, Sendable {

@@ -117,12 +117,20 @@ final class Writer {
     /// more are sent. bluetoothd queues commands without limit and, flooded, stops answering
     /// D-Bus for seconds; the read is queued behind the commands, so its answer means they left.
     static let fenceEvery = 64
+    /// Socket path: how long the socket may refuse data before blsend gives up.
+    static let stallLimit = 30.0
+    private let fenceRead: RemoteCharacteristic.OrderingRead?
     private var sinceFence = 0
     private var fencing = false
+    private var stallTimer: TimerToken?
+    private var lastTaken = MonotonicClock.seconds()
     private var head = 0, end = 0
     private var inputEnded = false
     private var eomSent = false
     private var inFlight = 0
+    /// Bytes handed over: acknowledged requests, or datagrams the socket took.
+    private var written = 0
+    /// Bytes known to have left: acknowledged requests, or commands before an answered fence.
     private var confirmed = 0
     private var finished = false
     private let progress: Progress?
@@ -138,6 +146,9 @@ final class Writer {
             let acquired = try characteristic.acquireWrite()
             socket = acquired.fd
             mtu = acquired.mtu
+            fenceRead = characteristic.orderingRead()
+        } else {
+            fenceRead = nil
         }
         limit = RemoteCharacteristic.writeLimit(mtu: mtu)
         self.progress = progress ? Progress(loop: loop) : nil
@@ -152,6 +163,7 @@ final class Writer {
         stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
+            stallTimer = loop.schedule(after: 1, repeating: 1) { [weak self] in self?.checkStall() }
         }
     }
 
@@ -243,6 +255,7 @@ final class Writer {
             self.inFlight = 0
             switch result {
             case .success:
+                self.written += piece.count
                 self.confirmed += piece.count
                 self.consume(piece)
                 self.pump()
@@ -256,7 +269,7 @@ final class Writer {
     private func socketWritable(_ events: IOEvents) {
         guard let fd = socket?.rawValue, !finished, !fencing else { return }
         while let piece = nextPiece() {
-            if sinceFence >= Writer.fenceEvery && characteristic.has("read") {
+            if sinceFence >= Writer.fenceEvery, fenceRead != nil {
                 fence()
                 return
             }
@@ -264,28 +277,44 @@ final class Writer {
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN || errno == EWOULDBLOCK { return }
-                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(Errno.current) (\(confirmed) bytes written)")))
+                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(Errno.current) (\(confirmed) bytes confirmed)")))
                 return
             }
-            confirmed += piece.count
+            written += piece.count
+            lastTaken = MonotonicClock.seconds()
             sinceFence += 1
             consume(piece)
         }
         pump()
     }
 
-    private func fence() {
+    private func fence(then next: (() -> Void)? = nil) {
+        guard let fenceRead else { return }
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
-        characteristic.read(timeout: 30) { [weak self] result in
+        let covered = written
+        fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
             self.fencing = false
             self.sinceFence = 0
+            self.lastTaken = MonotonicClock.seconds()
             if case .failure(let error) = result {
-                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes written)")))
+                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes confirmed)")))
                 return
             }
-            self.pump()
+            self.confirmed = covered
+            if let next { next() } else { self.pump() }
+        }
+    }
+
+    /// The socket refused data for too long: bluetoothd stopped taking writes.
+    private func checkStall() {
+        guard !finished, !fencing, pending > 0 || (inputEnded && eom && !eomSent) else {
+            lastTaken = MonotonicClock.seconds()
+            return
+        }
+        if MonotonicClock.seconds() - lastTaken >= Writer.stallLimit {
+            finish(.failure(ToolError(.tempFail, "bluetoothd took no write for \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
         }
     }
 
@@ -294,20 +323,30 @@ final class Writer {
     /// they went out (and ending our connection next cannot cut them off).
     private func drainThenFinish() {
         guard !finished else { return }
-        if let fd = socket?.rawValue {
-            if let socketWatch { loop.remove(socketWatch) }
-            socketWatch = nil
-            // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
-            let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
-            let drained = loop.run(until: { Writer.unreadBytes(fd) == 0 }, timeout: 30)
-            loop.cancel(tick)
-            guard drained else {
-                finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within 30 s")))
-                return
-            }
-            if characteristic.has("read") {
-                _ = try? characteristic.read(timeout: 10)
-            }
+        guard let fd = socket?.rawValue else {
+            finish(.success(()))
+            return
+        }
+        if let socketWatch { loop.remove(socketWatch) }
+        socketWatch = nil
+        // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
+        let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
+        let drained = loop.run(until: { [unowned self] in self.finished || Writer.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
+        loop.cancel(tick)
+        guard !finished else { return }
+        guard drained else {
+            finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
+            return
+        }
+        if fenceRead != nil {
+            fence { [weak self] in self?.finish(.success(())) }
+            return
+        }
+        // Nothing on the device can be read to learn when the commands have left. Ending a
+        // connection we made right away could cut off those still queued in bluetoothd.
+        if characteristic.peer.madeConnection {
+            Tool.note("nothing to read on \(characteristic.peer.device.address) to confirm the last writes; waiting 1 s before disconnecting")
+            loop.sleep(1)
         }
         finish(.success(()))
     }
@@ -322,7 +361,9 @@ final class Writer {
         guard !finished else { return }
         finished = true
         let elapsed = max(0.001, MonotonicClock.seconds() - started)
-        Tool.note("\(confirmed) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(confirmed) / elapsed))/s)")
+        Tool.note("\(written) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(written) / elapsed))/s)")
+        if let stallTimer { loop.cancel(stallTimer) }
+        stallTimer = nil
         if let stdinWatch { loop.remove(stdinWatch) }
         if let socketWatch { loop.remove(socketWatch) }
         stdinWatch = nil
