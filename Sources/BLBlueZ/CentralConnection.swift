@@ -81,11 +81,28 @@ extension BlueZClient {
                     let left = deadline - MonotonicClock.seconds()
                     if error.shortName == "AlreadyConnected" { break }
                     if error.name == DBusError.Name.noReply || left <= 0 {
+                        if error.name == DBusError.Name.noReply {
+                            // Our Connect is still pending in bluetoothd: cancel it, or the link
+                            // may come up after we gave up and stay (bluez-notes §7).
+                            _ = try? call(device.path, BlueZ.deviceInterface, "Disconnect", timeout: 5, what: "cancelling the connection")
+                        }
                         throw ToolError(.tempFail, "could not connect to \(device.address) within \(formatSeconds(timeout)) s"
                                         + " (\(attempt) attempt\(attempt == 1 ? "" : "s"); last: \(error.oneLine))")
                     }
                     guard BlueZClient.isTransientConnectError(error) else {
                         throw BlueZErrors.toolError("connecting to \(device.address)", error)
+                    }
+                    if BlueZClient.isInProgress(error) {
+                        // Someone else (another tool, bluetoothd's auto-connect) is connecting:
+                        // use that link when it comes up, and leave it to its maker.
+                        let until = MonotonicClock.seconds() + min(5, max(0, left))
+                        var connected = false
+                        while !connected && MonotonicClock.seconds() < until {
+                            loop.sleep(0.1)
+                            connected = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) == true
+                        }
+                        if connected { break }
+                        continue
                     }
                     loop.sleep(min(0.5, max(0, left)))
                 }
@@ -104,6 +121,10 @@ extension BlueZClient {
             loop.sleep(0.05)
         }
         return peer
+    }
+
+    static func isInProgress(_ error: DBusError) -> Bool {
+        error.shortName == "InProgress" || error.message.lowercased().contains("in progress")
     }
 
     static func isTransientConnectError(_ error: DBusError) -> Bool {

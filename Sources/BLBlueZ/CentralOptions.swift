@@ -24,9 +24,11 @@ public struct CentralTarget {
     ]
 
     public init(_ options: ParsedOptions) throws {
+        guard !options.operands[0].isEmpty else { throw UsageError("DEV is empty: give an address or a name") }
         selector = DeviceSelector(options.operands[0])
         Tool.verbosity = options.count("verbose")
         adapterName = options.string("adapter")
+        if adapterName?.isEmpty == true { throw UsageError("--adapter wants a name like hci0") }
         let layout = try GattLayout(options)
         service = layout.service
         writeCharacteristic = layout.write

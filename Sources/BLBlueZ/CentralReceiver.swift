@@ -46,6 +46,9 @@ public final class NotificationReceiver {
     private var deviceToken: SubscriptionToken?
     private var pulling = false
     private var ownReadOutstanding = false
+    /// StartNotify only: Value changes seen while our read is outstanding. One of them is the
+    /// read's own echo (bluetoothd raises Value for a read too), the others are notifications.
+    private var duringRead: [[UInt8]] = []
     private var held: [[UInt8]] = []
     private var silenceTimer: TimerToken?
     private var lastActivity = MonotonicClock.seconds()
@@ -88,10 +91,16 @@ public final class NotificationReceiver {
         } catch let error where error.message.contains("Notify acquired") || error.message.contains("NotPermitted") {
             throw ToolError(.unavailable, "notifications of \(characteristic.uuid) are already taken by another process"
                             + " (another blrecv, or blsend --reply?)")
+        } catch let error where error.message.lowercased().contains("not connected") {
+            throw ToolError(.unavailable, "\(characteristic.peer.device.address) disconnected")
         } catch {
             // InProgress: another client uses StartNotify; NotSupported: indications only.
             valueToken = try characteristic.startNotify { [weak self] value in
-                guard let self, !self.ownReadOutstanding else { return }
+                guard let self else { return }
+                if self.ownReadOutstanding {
+                    self.duringRead.append(value)
+                    return
+                }
                 self.notification(value)
                 self.flush()
             }
@@ -148,7 +157,9 @@ public final class NotificationReceiver {
                 continue
             }
             if n == 0 {
-                if events.contains(.hangup) || events.contains(.error) {
+                // An empty notification, or the end: bluetoothd closed the socket (the link went
+                // down), and then every recv returns 0 at once.
+                if events.contains(.hangup) || events.contains(.error) || Self.isHungUp(fd) {
                     deviceDisconnected()
                     return
                 }
@@ -160,6 +171,12 @@ public final class NotificationReceiver {
             break
         }
         flush()
+    }
+
+    /// The socket's peer has closed it (POLLHUP now).
+    static func isHungUp(_ fd: Int32) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        return poll(&entry, 1, 0) == 1 && (Int32(entry.revents) & (POLLHUP | POLLERR)) != 0
     }
 
     private func notification(_ value: [UInt8]) {
@@ -188,6 +205,12 @@ public final class NotificationReceiver {
             guard let self, !self.finished else { return }
             self.ownReadOutstanding = false
             self.lastActivity = MonotonicClock.seconds()
+            // Value changes during the read: the read's own echo (it arrives just before the
+            // answer; the last one with the same bytes) is dropped, the rest were notifications.
+            var seen = self.duringRead
+            self.duringRead = []
+            if case .success(let value) = result, let echo = seen.lastIndex(of: value) { seen.remove(at: echo) }
+            self.held += seen
             switch result {
             case .success(let value) where value.isEmpty:
                 self.pulling = false
@@ -200,7 +223,12 @@ public final class NotificationReceiver {
                 self.write(value)
                 self.pull()
             case .failure(let error):
-                self.finish(.failure(error))
+                // The link went down under the read: that is a disconnect, not a read error.
+                if !self.characteristic.peer.isConnected {
+                    self.deviceDisconnected()
+                } else {
+                    self.finish(.failure(error))
+                }
             }
             self.flush()
         }
@@ -248,8 +276,15 @@ public final class NotificationReceiver {
     /// Ends the receiver and reports `result` (only the first call counts).
     public func finish(_ result: Result<Void, ToolError>) {
         guard !finished else { return }
-        if case .success = result { try? out.flush() }
         finished = true
+        // What was received is written, also notifications held back during a pull that did
+        // not end (a stdout that fails now has nobody left to tell).
+        for value in held {
+            if options.eom && value == NotificationReceiver.endOfMessage { break }
+            try? out.write(value)
+        }
+        held = []
+        try? out.flush()
         close()
         onFinish?(result)
     }

@@ -40,7 +40,8 @@ struct Receive {
         receiver.onFinish = { outcome = $0 }
         try receiver.start()
         receiver.armSilenceTimer()
-        interrupted.onInterrupt = { receiver.finish(.success(())) }
+        // What arrived is written out first (finish flushes), then 130 as for the other tools.
+        interrupted.onInterrupt = { receiver.finish(.failure(ToolError.quiet(.interrupted))) }
         _ = loop.run(until: { outcome != nil }, timeout: nil)
         receiver.close()
         try outcome?.get()

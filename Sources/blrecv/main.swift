@@ -25,7 +25,8 @@ let spec = CommandSpec(
       blrecv --service bf9cb85f-620c-4a67-bdd2-1a64213f74ca --char 5f83e23f-bca1-42b3-b6f2-ea82be46a93d --read my-ble
 
     exit status: 0 success (also when the device disconnects after data, or stdout is closed),
-    64 usage, 69 device or characteristic unavailable, 74 I/O error, 75 timeout.
+    64 usage, 65 value refused by the device as invalid, 69 device or characteristic unavailable,
+    74 I/O error, 75 timeout, 77 not permitted (by the device or bluetoothd), 130 interrupted.
     """
 )
 
@@ -37,5 +38,8 @@ Tool.run(spec) { options in
     receive.eom = options.has("eom")
     receive.count = try options.int("count", in: 1...Int.max)
     receive.silence = try options.seconds("timeout", in: 0.001...86_400)
+    if options.has("read"), let other = ["count", "timeout", "eom", "no-pull"].first(where: options.has) {
+        throw UsageError("--\(other) is for notifications; it cannot be used with --read")
+    }
     try Receive(target: target, options: receive, readOnce: options.has("read")).run()
 }

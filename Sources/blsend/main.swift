@@ -26,8 +26,9 @@ let spec = CommandSpec(
       cat | blframe --lines | blsend AA:BB:CC:DD:EE:FF
       blsend --nus --write command --eom AA:BB:CC:DD:EE:FF < firmware.bin
 
-    exit status: 0 success, 64 usage, 69 device or characteristic unavailable, 74 I/O error
-    (the message says how many bytes were confirmed), 75 timeout.
+    exit status: 0 success, 64 usage, 65 value refused by the device as invalid, 69 device or
+    characteristic unavailable, 74 I/O error (the message says how many bytes were confirmed),
+    75 timeout, 77 not permitted (by the device or bluetoothd), 130 interrupted.
     """
 )
 

@@ -10,7 +10,7 @@ final class BlrecvTests: XCTestCase {
 
     func testUsageErrors() throws {
         for arguments in [[], ["A", "B"], ["--service", "nope", "DEV"], ["--nus", "--char", "180d", "DEV"],
-                          ["--connect-timeout", "0", "DEV"], ["--count", "0", "DEV"], ["--bogus", "DEV"]] {
+                          ["--connect-timeout", "0", "DEV"], ["--count", "0", "DEV"], ["--bogus", "DEV"], [""], ["--adapter=", "DEV"], ["--read", "--count", "1", "DEV"], ["--read", "--no-pull", "DEV"]] {
             let result = try runTool("blrecv", arguments)
             XCTAssertEqual(result.status, 64, "\(arguments): \(result.stderr)")
             XCTAssertTrue(result.stderr.hasPrefix("blrecv: "), result.stderr)
