@@ -44,12 +44,26 @@ public enum FileIO {
         }
     }
 
-    /// Writes every byte, looping over short writes. For blocking descriptors.
+    /// Writes every byte, looping over short writes. Meant for blocking descriptors; one that
+    /// is non-blocking all the same (a standard output inherited with O_NONBLOCK) is waited for.
     @inlinable
     public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) {
         var offset = 0
         while offset < bytes.count {
-            offset += try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            do {
+                offset += try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
+            } catch .again {
+                try waitWritable(fd)
+            }
+        }
+    }
+
+    /// Blocks until `fd` can take data (after EAGAIN on a descriptor someone made non-blocking).
+    @usableFromInline
+    static func waitWritable(_ fd: Int32) throws(Errno) {
+        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        while poll(&entry, 1, -1) < 0 {
+            if errno != EINTR { throw Errno.current }
         }
     }
 
@@ -64,6 +78,10 @@ public enum FileIO {
             let n = writev(fd, &vectors, 2)
             if n < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN {
+                    try waitWritable(fd)
+                    continue
+                }
                 throw Errno.current
             }
             let fromA = min(n, a.count)
