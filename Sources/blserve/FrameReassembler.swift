@@ -176,11 +176,13 @@ struct ReplyQueue {
     /// Bytes not yet handed out.
     var pendingBytes: Int { replies.reduce(0) { $0 + $1.count } - position }
 
-    /// Queues a reply; false (and nothing queued) when full. An empty reply is not queued.
+    /// Queues a reply; false (and nothing queued) when full, unless `evenIfFull` (for bytes that
+    /// were already taken from somewhere and have nowhere else to go). An empty reply is not
+    /// queued.
     @discardableResult
-    mutating func append(_ reply: [UInt8]) -> Bool {
+    mutating func append(_ reply: [UInt8], evenIfFull: Bool = false) -> Bool {
         if reply.isEmpty { return true }
-        guard replies.count < capacity else { return false }
+        guard evenIfFull || replies.count < capacity else { return false }
         replies.append(reply)
         return true
     }

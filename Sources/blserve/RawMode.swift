@@ -44,6 +44,8 @@ final class RawMode: ServeMode {
 
     unowned let server: Server
     private(set) var sessions: [String: Session] = [:]
+    /// Sessions of centrals that disconnected, kept until their COMMAND has ended.
+    private var ending: [ObjectIdentifier: Session] = [:]
     /// Stdin bytes held before write requests wait.
     static let stdinHighWater = 64 * 1024
     /// Stdin bytes held at most; write commands beyond it are dropped (bluetoothd acknowledged
@@ -63,12 +65,17 @@ final class RawMode: ServeMode {
 
     func write(_ value: [UInt8], _ options: GattRequestOptions, _ call: IncomingCall) {
         let device = options.device!
+        if let old = sessions[device], old.gone {
+            // Back before its old COMMAND has ended (SIGHUP, SIGKILL 2 s later): a new
+            // connection gets a new COMMAND, and nothing of the old one.
+            ending[ObjectIdentifier(old)] = old
+            sessions[device] = nil
+        }
         let s = sessions[device] ?? {
             let s = Session(device: device, queue: Self.readQueueChunks)
             sessions[device] = s
             return s
         }()
-        s.gone = false
         if options.prepareAuthorize {
             call.reply([])
             return
@@ -265,7 +272,9 @@ final class RawMode: ServeMode {
     private func queueForRead(_ bytes: [UInt8], _ s: Session) {
         if s.gone || bytes.isEmpty { return }
         let wasEmpty = s.replies.isEmpty
-        s.replies.append(bytes)
+        // Stdout is read only while there is room, but output diverted from the notifier was
+        // read earlier: it may go over the cap (by at most the notifier's low-water mark).
+        s.replies.append(bytes, evenIfFull: true)
         if wasEmpty {
             // The doorbell of raw mode: an empty notification adds no bytes to anyone's stream.
             server.notifier.enqueue([], chunk: 1)
@@ -287,7 +296,12 @@ final class RawMode: ServeMode {
             let ms = Int(((MonotonicClock.seconds() - s.started) * 1000).rounded())
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")
         }
-        if s.gone { sessions[s.device] = nil }
+        if s.gone { forget(s) }
+    }
+
+    private func forget(_ s: Session) {
+        if sessions[s.device] === s { sessions[s.device] = nil }
+        ending[ObjectIdentifier(s)] = nil
     }
 
     /// The central disconnected: COMMAND gets end of file and SIGHUP, then SIGKILL after 2 s.
@@ -296,7 +310,7 @@ final class RawMode: ServeMode {
         s.replies.removeAll()
         answerDeferred(s)
         guard let process = s.process else {
-            sessions[s.device] = nil
+            forget(s)
             return
         }
         s.stdinQueue.removeAll()

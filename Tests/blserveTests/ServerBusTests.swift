@@ -315,6 +315,20 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.readAll(from: a), [])
     }
 
+    /// A central back within the 2 s its old COMMAND has to end gets a new COMMAND: what it
+    /// writes is not fed to the dying one (whose stdin is closed) and lost.
+    func testRawModeCentralBackAtOnceGetsANewCommand() throws {
+        // Slow to end: ignores SIGHUP and lingers after end of input.
+        try start(["--mode", "raw", "sh", "-c", "trap '' HUP; cat; sleep 1"])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(Array("before ".utf8), from: a))
+        XCTAssertEqual(reply(for: a), "before ")
+        try bluez.setConnected(a, false)
+        try bluez.setConnected(a, true)
+        ok(bluez.write(Array("after".utf8), from: a))
+        XCTAssertEqual(reply(for: a, timeout: 1.5), "after")
+    }
+
     func testRawModeCarriesALargeTransferBothWays() throws {
         try start(["--mode", "raw", "cat"])
         let data = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }
