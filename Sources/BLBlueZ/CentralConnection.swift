@@ -63,7 +63,10 @@ extension BlueZClient {
     /// resolved, all within `timeout` seconds. Transient failures that users of other BlueZ
     /// clients report (le-connection-abort-by-local, "Operation already in progress", a
     /// connection that failed to be established) are retried until the time is up.
-    public func connect(_ device: DeviceInfo, timeout: Double) throws(ToolError) -> Peer {
+    /// `rediscover` finds the device again when bluetoothd removed it after a failed attempt.
+    public func connect(_ device: DeviceInfo, timeout: Double,
+                        rediscover: (() throws(ToolError) -> DeviceInfo)? = nil) throws(ToolError) -> Peer {
+        var device = device
         let deadline = MonotonicClock.seconds() + timeout
         let connectedNow = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
         var made = false
@@ -88,6 +91,13 @@ extension BlueZClient {
                         }
                         throw ToolError(.tempFail, "could not connect to \(device.address) within \(formatSeconds(timeout)) s"
                                         + " (\(attempt) attempt\(attempt == 1 ? "" : "s"); last: \(error.oneLine))")
+                    }
+                    if error.shortName == "UnknownObject", attempt > 1, let rediscover {
+                        // A device found by scanning is temporary: after a failed attempt
+                        // bluetoothd may remove it (bluez-notes §7). Find it again.
+                        Tool.note("\(device.address) was removed after a failed attempt; looking for it again")
+                        device = try rediscover()
+                        continue
                     }
                     guard BlueZClient.isTransientConnectError(error) else {
                         throw BlueZErrors.toolError("connecting to \(device.address)", error)
