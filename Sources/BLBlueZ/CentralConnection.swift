@@ -63,9 +63,10 @@ extension BlueZClient {
     /// resolved, all within `timeout` seconds. Transient failures that users of other BlueZ
     /// clients report (le-connection-abort-by-local, "Operation already in progress", a
     /// connection that failed to be established) are retried until the time is up.
-    /// `rediscover` finds the device again when bluetoothd removed it after a failed attempt.
+    /// `rediscover` finds the device again, within the seconds it is given, when bluetoothd
+    /// removed it after a failed attempt.
     public func connect(_ device: DeviceInfo, timeout: Double,
-                        rediscover: (() throws(ToolError) -> DeviceInfo)? = nil) throws(ToolError) -> Peer {
+                        rediscover: ((Double) throws(ToolError) -> DeviceInfo)? = nil) throws(ToolError) -> Peer {
         var device = device
         let deadline = MonotonicClock.seconds() + timeout
         let connectedNow = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
@@ -96,7 +97,7 @@ extension BlueZClient {
                         // A device found by scanning is temporary: after a failed attempt
                         // bluetoothd may remove it (bluez-notes §7). Find it again.
                         Tool.note("\(device.address) was removed after a failed attempt; looking for it again")
-                        device = try rediscover()
+                        device = try rediscover(max(0.5, left))
                         continue
                     }
                     guard BlueZClient.isTransientConnectError(error) else {

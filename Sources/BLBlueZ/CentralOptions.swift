@@ -44,8 +44,8 @@ public struct CentralTarget {
         let device = try client.findDevice(selector, on: adapter, scanTimeout: scanTimeout)
         Tool.note("device \(device.address) \(device.name.map { "'\($0)' " } ?? "")at \(device.path)")
         let started = MonotonicClock.seconds()
-        let peer = try client.connect(device, timeout: connectTimeout) { () throws(ToolError) in
-            try client.findDevice(selector, on: adapter, scanTimeout: scanTimeout)
+        let peer = try client.connect(device, timeout: connectTimeout) { (left: Double) throws(ToolError) in
+            try client.findDevice(selector, on: adapter, scanTimeout: min(scanTimeout, left))
         }
         Tool.note((peer.madeConnection ? "connected" : "already connected")
                   + ", services resolved in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")

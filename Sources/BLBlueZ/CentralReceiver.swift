@@ -159,7 +159,8 @@ public final class NotificationReceiver {
             if n == 0 {
                 // An empty notification, or the end: bluetoothd closed the socket (the link went
                 // down), and then every recv returns 0 at once.
-                if events.contains(.hangup) || events.contains(.error) || Self.isHungUp(fd) {
+                // Queued data first: a socket can hold datagrams after an empty one when closed.
+                if (events.contains(.hangup) || events.contains(.error) || Self.isHungUp(fd)) && Self.queuedBytes(fd) == 0 {
                     deviceDisconnected()
                     return
                 }
@@ -171,6 +172,12 @@ public final class NotificationReceiver {
             break
         }
         flush()
+    }
+
+    /// Bytes still queued on a SOCK_SEQPACKET socket (SIOCINQ sums every datagram).
+    static func queuedBytes(_ fd: Int32) -> Int {
+        var count: Int32 = 0
+        return ioctl(fd, UInt(FIONREAD), &count) == 0 ? Int(count) : 0
     }
 
     /// The socket's peer has closed it (POLLHUP now).
@@ -214,10 +221,11 @@ public final class NotificationReceiver {
             switch result {
             case .success(let value) where value.isEmpty:
                 self.pulling = false
-                self.countReply()
-                // Now the notifications that came meanwhile, in order.
+                // The notifications that came meanwhile are taken first: if this reply was the
+                // last one counted, finish() must not write them.
                 let held = self.held
                 self.held = []
+                self.countReply()
                 for value in held { self.notification(value) }
             case .success(let value):
                 self.write(value)

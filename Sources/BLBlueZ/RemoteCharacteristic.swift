@@ -83,13 +83,14 @@ public final class RemoteCharacteristic {
         }
     }
 
-    /// The read to fence Write Commands with: a CCC descriptor of this service (else of the
-    /// device), else this characteristic when it is readable, else nil.
+    /// The read to fence Write Commands with: a CCC descriptor of this service, else this
+    /// characteristic when it is readable, else nil. (Not another service's: it may need a
+    /// security level this one does not.)
     public func orderingRead() -> OrderingRead? {
         let ccc = "00002902" + BluetoothUUID.baseSuffix
         if let objects = try? client.managedObjects() {
             let servicePath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-            for scope in [servicePath, peer.path] {
+            for scope in [servicePath] {
                 let found = objects.paths(with: BlueZ.gattDescriptorInterface, under: scope).first {
                     objects.properties($0, BlueZ.gattDescriptorInterface)?["UUID"]?.string?.lowercased() == ccc
                 }

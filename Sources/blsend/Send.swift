@@ -146,10 +146,10 @@ final class Writer {
             let acquired = try characteristic.acquireWrite()
             socket = acquired.fd
             mtu = acquired.mtu
-            fenceRead = characteristic.orderingRead()
-        } else {
-            fenceRead = nil
         }
+        // Commands through WriteValue are acknowledged once queued in bluetoothd, not sent: they
+        // are confirmed by the final read too.
+        fenceRead = type == .command ? characteristic.orderingRead() : nil
         limit = RemoteCharacteristic.writeLimit(mtu: mtu)
         self.progress = progress ? Progress(loop: loop) : nil
         Tool.note("writing \(type == .request ? "requests" : "commands") through \(socket == nil ? "WriteValue" : "AcquireWrite's socket"), MTU \(mtu), pieces of up to \(limit) bytes")
@@ -292,7 +292,8 @@ final class Writer {
         guard let fenceRead else { return }
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
-        let covered = written
+        // Only what bluetoothd has taken from the socket is queued ahead of the read.
+        let covered = socket.map { Writer.unreadBytes($0.rawValue) == 0 } ?? true ? written : confirmed
         fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
             self.fencing = false
@@ -324,7 +325,11 @@ final class Writer {
     private func drainThenFinish() {
         guard !finished else { return }
         guard let fd = socket?.rawValue else {
-            finish(.success(()))
+            if type == .command, fenceRead != nil {
+                fence { [weak self] in self?.finish(.success(())) }
+            } else {
+                finish(.success(()))
+            }
             return
         }
         if let socketWatch { loop.remove(socketWatch) }

@@ -115,6 +115,8 @@ final class FrameMode: ServeMode {
         c.gone = true
         c.running?.cancel()
         c.running = nil
+        // Its replies still waiting in the notifier must not reach a new connection.
+        server.notifier.drop(target: c.device)
         c.pending.removeAll()
         c.replies.removeAll()
         c.reassembler.reset()
@@ -175,7 +177,8 @@ final class FrameMode: ServeMode {
         let notifier = server.notifier
         // While an earlier reply is still being pushed, later ones follow it through the
         // notifier even if pushing is no longer possible: the notifier diverts them in order.
-        if config.reply == .push, server.canPush(to: c.device) || c.pushing > 0 {
+        // A tail diverted earlier still waits in the read queue: later replies wait behind it.
+        if config.reply == .push, (server.canPush(to: c.device) && c.replies.isEmpty) || c.pushing > 0 {
             c.pushing += 1
             notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
                              divert: { [weak self, weak c] rest in

@@ -90,6 +90,9 @@ final class HandlerRun {
     /// the server's children (`ChildProcesses.terminateAll`: SIGTERM first, then SIGKILL).
     func detach() {
         completion = nil
+        // In its exit grace, COMMAND is reaped already and terminateAll no longer sees it:
+        // end what it left behind now.
+        if let process, process.status != nil { process.signalGroup(SIGKILL) }
         if let graceTimer { loop.cancel(graceTimer) }
         graceTimer = nil
         if let timer { loop.cancel(timer) }

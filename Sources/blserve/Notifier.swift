@@ -67,6 +67,22 @@ final class Notifier {
         schedulePump()
     }
 
+    /// Drops the jobs aimed at `target` (that central disconnected); their `done` is called.
+    func drop(target: String) {
+        var kept: [Job] = []
+        var dropped: [Job] = []
+        for job in jobs {
+            if job.target == target { dropped.append(job) } else { kept.append(job) }
+        }
+        if dropped.isEmpty { return }
+        jobs = kept
+        for job in dropped {
+            pendingBytes -= job.bytes.count - job.position
+            job.done?()
+        }
+        checkDrain()
+    }
+
     /// Drops everything queued (bluetoothd went away; the centrals are gone with it).
     func reset() {
         jobs.removeAll()

@@ -307,6 +307,7 @@ final class RawMode: ServeMode {
     /// The central disconnected: COMMAND gets end of file and SIGHUP, then SIGKILL after 2 s.
     private func hangUp(_ s: Session) {
         s.gone = true
+        server.notifier.drop(target: s.device)
         s.replies.removeAll()
         answerDeferred(s)
         guard let process = s.process else {

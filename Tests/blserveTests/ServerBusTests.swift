@@ -390,20 +390,42 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.readAll(from: a), [])
     }
 
+    /// Once a reply went to the read queue, a later one is not pushed past it, even when the
+    /// asker is the sole subscriber again.
+    func testALaterReplyDoesNotOvertakeADivertedOne() throws {
+        try start(["--reply", "push", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        server.notifier.enqueue(Array(repeating: 0x2E, count: 2000), chunk: 1)
+        ok(bluez.write(frame("T", "first"), from: a))
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
+        try bluez.setConnected(b, true)
+        XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
+        try bluez.setConnected(b, false)
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "second"), from: a))
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty && self.server.notifier.isIdle }, timeout: 10))
+        settle(0.2)
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+        XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
+    }
+
     /// A reply still being pushed when the asker stops being the sole subscriber: its rest and
     /// every later reply go to the read queue in order, and the central is told to read.
     func testPushFallingBackToPullKeepsRepliesInOrder() throws {
         try start(["--reply", "push", "cat"])
         try bluez.startNotify()
         try bluez.setConnected(a, true)
-        // A backlog in the notifier: the reply below waits behind it.
-        server.notifier.enqueue(Array(repeating: 0x2E, count: 5000), chunk: 1)
+        // A backlog in the notifier: both replies below wait behind it.
+        server.notifier.enqueue(Array(repeating: 0x2E, count: 20000), chunk: 1)
         ok(bluez.write(frame("T", "first"), from: a))
-        settle(0.2)
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty && !self.server.notifier.isIdle }, timeout: 10))
         try bluez.setConnected(b, true)
         ok(bluez.write(frame("T", "second"), from: a))
-        settle(0.2)
-        XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
+        settle(0.1)
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
+        XCTAssertFalse(server.notifier.isIdle, "the backlog ran out before the second reply was ready: the test proves nothing")
+        XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 60))
         XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
         let told = bluez.notifications.filter { $0 != [0x2E] }
         XCTAssertTrue(told.contains(Array("N0000000".utf8)), "no doorbell for the diverted reply: \(told)")
