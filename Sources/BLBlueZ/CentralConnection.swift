@@ -139,7 +139,7 @@ extension BlueZClient {
     }
 
     static func isTransientConnectError(_ error: DBusError) -> Bool {
-        if error.shortName == "InProgress" { return true }
+        if isInProgress(error) { return true }
         let text = error.message.lowercased()
         return ["abort-by-local", "in progress", "failed to be established", "connection abort",
                 "connection refused", "page timeout", "connection timed out"].contains { text.contains($0) }

@@ -88,17 +88,13 @@ public final class RemoteCharacteristic {
     /// security level this one does not.)
     public func orderingRead() -> OrderingRead? {
         let ccc = "00002902" + BluetoothUUID.baseSuffix
-        if let objects = try? client.managedObjects() {
-            let servicePath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-            for scope in [servicePath] {
-                let found = objects.paths(with: BlueZ.gattDescriptorInterface, under: scope).first {
-                    objects.properties($0, BlueZ.gattDescriptorInterface)?["UUID"]?.string?.lowercased() == ccc
-                }
-                if let found {
-                    return OrderingRead(peer: peer, path: found, interface: BlueZ.gattDescriptorInterface,
-                                        what: "a CCC descriptor (\(found))")
-                }
-            }
+        let servicePath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
+        if let objects = try? client.managedObjects(),
+           let found = objects.paths(with: BlueZ.gattDescriptorInterface, under: servicePath).first(where: {
+               objects.properties($0, BlueZ.gattDescriptorInterface)?["UUID"]?.string?.lowercased() == ccc
+           }) {
+            return OrderingRead(peer: peer, path: found, interface: BlueZ.gattDescriptorInterface,
+                                what: "a CCC descriptor (\(found))")
         }
         if has("read") {
             return OrderingRead(peer: peer, path: path, interface: BlueZ.gattCharacteristicInterface, what: uuid)

@@ -293,7 +293,8 @@ final class Writer {
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
         // Only what bluetoothd has taken from the socket is queued ahead of the read.
-        let covered = socket.map { Writer.unreadBytes($0.rawValue) == 0 } ?? true ? written : confirmed
+        let allTaken = socket.map { Writer.unreadBytes($0.rawValue) == 0 } ?? true
+        let covered = allTaken ? written : confirmed
         fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
             self.fencing = false
@@ -324,32 +325,27 @@ final class Writer {
     /// they went out (and ending our connection next cannot cut them off).
     private func drainThenFinish() {
         guard !finished else { return }
-        guard let fd = socket?.rawValue else {
-            if type == .command, fenceRead != nil {
-                fence { [weak self] in self?.finish(.success(())) }
-            } else {
-                finish(.success(()))
+        if let fd = socket?.rawValue {
+            if let socketWatch { loop.remove(socketWatch) }
+            socketWatch = nil
+            // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
+            let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
+            let drained = loop.run(until: { [unowned self] in self.finished || Writer.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
+            loop.cancel(tick)
+            guard !finished else { return }
+            guard drained else {
+                finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
+                return
             }
-            return
         }
-        if let socketWatch { loop.remove(socketWatch) }
-        socketWatch = nil
-        // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
-        let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
-        let drained = loop.run(until: { [unowned self] in self.finished || Writer.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
-        loop.cancel(tick)
-        guard !finished else { return }
-        guard drained else {
-            finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
-            return
-        }
+        // Set for write commands only.
         if fenceRead != nil {
             fence { [weak self] in self?.finish(.success(())) }
             return
         }
         // Nothing on the device can be read to learn when the commands have left. Ending a
         // connection we made right away could cut off those still queued in bluetoothd.
-        if characteristic.peer.madeConnection {
+        if socket != nil && characteristic.peer.madeConnection {
             Tool.note("nothing to read on \(characteristic.peer.device.address) to confirm the last writes; waiting 1 s before disconnecting")
             loop.sleep(1)
         }
