@@ -93,10 +93,7 @@ final class HandlerRun {
         // In its exit grace, COMMAND is reaped already and terminateAll no longer sees it:
         // end what it left behind now.
         if let process, process.status != nil { process.signalGroup(SIGKILL) }
-        if let graceTimer { loop.cancel(graceTimer) }
-        graceTimer = nil
-        if let timer { loop.cancel(timer) }
-        timer = nil
+        cancelTimers()
         if let stdinWatch { loop.remove(stdinWatch) }
         stdinWatch = nil
         if let stdoutWatch { loop.remove(stdoutWatch) }
@@ -106,13 +103,18 @@ final class HandlerRun {
     /// Kills the process group and drops the run without calling the completion.
     func cancel() {
         completion = nil
-        if let graceTimer { loop.cancel(graceTimer) }
-        graceTimer = nil
+        cancelTimers()
         process?.signalGroup(SIGKILL)
         closeStdin()
         closeStdout()
+    }
+
+    /// The handler timeout (or the wait after SIGKILL) and the exit grace.
+    private func cancelTimers() {
         if let timer { loop.cancel(timer) }
         timer = nil
+        if let graceTimer { loop.cancel(graceTimer) }
+        graceTimer = nil
     }
 
     private func feed() {
@@ -213,10 +215,7 @@ final class HandlerRun {
     private func finish(status: ProcessStatus?) {
         closeStdin()
         closeStdout()
-        if let timer { loop.cancel(timer) }
-        timer = nil
-        if let graceTimer { loop.cancel(graceTimer) }
-        graceTimer = nil
+        cancelTimers()
         guard let completion else { return }
         self.completion = nil
         var reason = failure

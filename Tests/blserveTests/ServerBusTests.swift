@@ -390,14 +390,20 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.readAll(from: a), [])
     }
 
-    /// Once a reply went to the read queue, a later one is not pushed past it, even when the
-    /// asker is the sole subscriber again.
-    func testALaterReplyDoesNotOvertakeADivertedOne() throws {
+    /// `--reply push -- cat` with central A subscribed, `backlog` one-byte notifications queued
+    /// in the notifier, then A asks "first": its reply waits behind the backlog.
+    private func pushFirstReplyBehind(backlog: Int) throws {
         try start(["--reply", "push", "cat"])
         try bluez.startNotify()
         try bluez.setConnected(a, true)
-        server.notifier.enqueue(Array(repeating: 0x2E, count: 2000), chunk: 1)
+        server.notifier.enqueue(Array(repeating: 0x2E, count: backlog), chunk: 1)
         ok(bluez.write(frame("T", "first"), from: a))
+    }
+
+    /// Once a reply went to the read queue, a later one is not pushed past it, even when the
+    /// asker is the sole subscriber again.
+    func testALaterReplyDoesNotOvertakeADivertedOne() throws {
+        try pushFirstReplyBehind(backlog: 2000)
         XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
         try bluez.setConnected(b, true)
         XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
@@ -413,12 +419,8 @@ final class ServerBusTests: XCTestCase {
     /// A reply still being pushed when the asker stops being the sole subscriber: its rest and
     /// every later reply go to the read queue in order, and the central is told to read.
     func testPushFallingBackToPullKeepsRepliesInOrder() throws {
-        try start(["--reply", "push", "cat"])
-        try bluez.startNotify()
-        try bluez.setConnected(a, true)
-        // A backlog in the notifier: both replies below wait behind it.
-        server.notifier.enqueue(Array(repeating: 0x2E, count: 20000), chunk: 1)
-        ok(bluez.write(frame("T", "first"), from: a))
+        // Both replies below wait behind the backlog.
+        try pushFirstReplyBehind(backlog: 20000)
         XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty && !self.server.notifier.isIdle }, timeout: 10))
         try bluez.setConnected(b, true)
         ok(bluez.write(frame("T", "second"), from: a))
