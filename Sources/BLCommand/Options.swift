@@ -96,6 +96,14 @@ public struct ParsedOptions: Sendable {
     /// Every value given, in order.
     public func strings(_ long: String) -> [String] { values[long] ?? [] }
 
+    /// Refuses options that make no sense together with what else was chosen: throws
+    /// "--NAME REASON" for the first of `names` that was given.
+    ///
+    ///     if mode != .frame { try options.refuse(["reply"], "is for frame mode") }
+    public func refuse(_ names: [String], _ reason: String) throws(UsageError) {
+        if let name = names.first(where: has) { throw UsageError("--\(name) \(reason)") }
+    }
+
     /// An integer value within `range`, or nil when the option is absent.
     public func int(_ long: String, in range: ClosedRange<Int>) throws(UsageError) -> Int? {
         guard let text = string(long) else { return nil }

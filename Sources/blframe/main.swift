@@ -35,13 +35,11 @@ let spec = CommandSpec(
 
 Tool.run(spec) { options in
     Signals.ignoreSIGPIPE()
-    let decodeOnly = ["raw", "images", "json", "resync"].filter(options.has)
-    let encodeOnly = ["code", "exact", "lines"].filter(options.has)
     if options.has("decode") {
-        if let option = encodeOnly.first { throw UsageError("--\(option) is for encoding; it cannot be used with -d") }
+        try options.refuse(["code", "exact", "lines"], "is for encoding; it cannot be used with -d")
         try Decoder(options: options).run()
     } else {
-        if let option = decodeOnly.first { throw UsageError("--\(option) is for decoding; use it with -d") }
+        try options.refuse(["raw", "images", "json", "resync"], "is for decoding; use it with -d")
         try Encoder(options: options).run()
     }
 }

@@ -38,8 +38,8 @@ Tool.run(spec) { options in
     receive.eom = options.has("eom")
     receive.count = try options.int("count", in: 1...Int.max)
     receive.silence = try options.seconds("timeout", in: 0.001...86_400)
-    if options.has("read"), let other = ["count", "timeout", "eom", "no-pull"].first(where: options.has) {
-        throw UsageError("--\(other) is for notifications; it cannot be used with --read")
+    if options.has("read") {
+        try options.refuse(["count", "timeout", "eom", "no-pull"], "is for notifications; it cannot be used with --read")
     }
     try Receive(target: target, options: receive, readOnce: options.has("read")).run()
 }

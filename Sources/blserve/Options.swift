@@ -125,9 +125,9 @@ struct ServeConfig: Equatable {
         verbose = options.has("verbose")
 
         // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
-        let frameOnly = ["reply-code", "reply", "handler-timeout", "max-frame", "max-queue"]
-        if mode != .frame, let option = frameOnly.first(where: options.has) {
-            throw UsageError("--\(option) is for frame mode; it cannot be used with --mode \(mode.rawValue)")
+        if mode != .frame {
+            try options.refuse(["reply-code", "reply", "handler-timeout", "max-frame", "max-queue"],
+                               "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
         if mode == .stream, !allow.isEmpty {

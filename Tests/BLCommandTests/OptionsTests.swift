@@ -79,6 +79,14 @@ final class OptionsTests: XCTestCase {
         XCTAssertNil(message(["a", "b"]))
     }
 
+    func testRefuseNamesTheFirstConflictingOptionGiven() throws {
+        let parsed = try spec.parse(["-v", "--timeout", "3", "-c", "T"])
+        XCTAssertNoThrow(try parsed.refuse(["decode", "allow"], "is for decoding"))
+        XCTAssertThrowsError(try parsed.refuse(["decode", "code", "timeout"], "cannot be used with --read")) { error in
+            XCTAssertEqual((error as? UsageError)?.message, "--code cannot be used with --read")
+        }
+    }
+
     func testTypedValues() throws {
         let parsed = try spec.parse(["--timeout", "abc", "--code", "12"])
         XCTAssertThrowsError(try parsed.seconds("timeout"))
