@@ -15,6 +15,10 @@ import BLFrame
 /// notification), falling back to StartNotify where bluetoothd refuses the socket because another
 /// client uses StartNotify. Notifications that arrive during a pull are held back until it ends,
 /// so a pulled frame is never split by other bytes.
+///
+/// Output goes through a ``QueuedOutput``: a reader that falls behind does not stop the receiver
+/// from taking notifications off the socket (bluetoothd drops those it cannot hand over) until
+/// the queue is full; only then does reading (and pulling) wait for the reader.
 public final class NotificationReceiver {
     public struct Options {
         /// Follow `N0000000` with reads until empty.
@@ -31,7 +35,7 @@ public final class NotificationReceiver {
 
     public let characteristic: RemoteCharacteristic
     public let options: Options
-    public let out: OutputBuffer
+    public let out: QueuedOutput
     public private(set) var replies = 0
     public private(set) var bytesReceived = 0
     /// Called once, when the receiver ends (count reached, EOM, silence, stdout closed, the device
@@ -45,6 +49,8 @@ public final class NotificationReceiver {
     private var valueToken: SubscriptionToken?
     private var deviceToken: SubscriptionToken?
     private var pulling = false
+    /// A pull waits for room in the output queue.
+    private var pullWaiting = false
     private var ownReadOutstanding = false
     /// StartNotify only: Value changes seen while our read is outstanding. One of them is the
     /// read's own echo (bluetoothd raises Value for a read too), the others are notifications.
@@ -58,10 +64,12 @@ public final class NotificationReceiver {
     static let doorbell: [UInt8] = Array("N0000000".utf8)
     static let endOfMessage: [UInt8] = Array("EOM".utf8)
 
-    public init(characteristic: RemoteCharacteristic, options: Options, out: OutputBuffer) {
+    public init(characteristic: RemoteCharacteristic, options: Options, out: QueuedOutput) {
         self.characteristic = characteristic
         self.options = options
         self.out = out
+        out.onFailure = { [weak self] error in self?.stdoutFailed(error) }
+        out.onRoom = { [weak self] in self?.outputHasRoom() }
     }
 
     deinit {
@@ -143,14 +151,16 @@ public final class NotificationReceiver {
         deviceToken = nil
         if let silenceTimer { loop.cancel(silenceTimer) }
         silenceTimer = nil
+        out.close()
     }
 
     // MARK: - Events
 
     private func socketReady(_ events: IOEvents) {
         guard let fd = socket?.rawValue else { return }
-        // Drain every datagram that is there, then write them out together.
-        while !finished {
+        // Drain every datagram that is there (while the output queue has room), then write them
+        // out together.
+        while !finished && !out.isFull {
             let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
             if n > 0 {
                 notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
@@ -207,6 +217,12 @@ public final class NotificationReceiver {
 
     private func pull() {
         pulling = true
+        flush()
+        if finished { return }
+        if out.isFull {
+            pullWaiting = true
+            return
+        }
         ownReadOutstanding = true
         characteristic.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
@@ -250,19 +266,28 @@ public final class NotificationReceiver {
     private func write(_ value: [UInt8]) {
         guard !finished else { return }
         bytesReceived += value.count
-        do {
-            try out.write(value)
-        } catch {
-            stdoutFailed(error)
-        }
+        out.write(value)
     }
 
+    /// Writes what stdout takes now; with the queue full, stops reading the socket until
+    /// ``outputHasRoom()``.
     private func flush() {
         guard !finished else { return }
         do {
             try out.flush()
         } catch {
             stdoutFailed(error)
+            return
+        }
+        if out.isFull, let socketWatch { loop.setEvents(socketWatch, []) }
+    }
+
+    private func outputHasRoom() {
+        guard !finished else { return }
+        if let socketWatch { loop.setEvents(socketWatch, .readable) }
+        if pullWaiting {
+            pullWaiting = false
+            pull()
         }
     }
 
@@ -273,6 +298,16 @@ public final class NotificationReceiver {
 
     private func deviceDisconnected() {
         guard !finished else { return }
+        // While the output queue was full the socket was not read: what it still holds came
+        // before the disconnect.
+        if let fd = socket?.rawValue {
+            while !finished {
+                let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
+                guard n > 0 else { break }
+                notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
+            }
+            if finished { return }
+        }
         let address = characteristic.peer.device.address
         if bytesReceived > 0 {
             finish(.success(()))
@@ -289,10 +324,10 @@ public final class NotificationReceiver {
         // not end (a stdout that fails now has nobody left to tell).
         for value in held {
             if options.eom && value == NotificationReceiver.endOfMessage { break }
-            try? out.write(value)
+            out.write(value)
         }
         held = []
-        try? out.flush()
+        try? out.drain()
         close()
         onFinish?(result)
     }

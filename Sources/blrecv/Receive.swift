@@ -22,20 +22,17 @@ struct Receive {
             peer.disconnect()
         }
         let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
-        let out = OutputBuffer(fd: 1)
-
         if readOnce {
             let value = try characteristic.read()
             do {
-                try out.write(value)
-                try out.flush()
+                try FileIO.writeAll(1, value)
             } catch {
                 if error != .pipe { throw ToolError(.ioError, "stdout: \(error)") }
             }
             return
         }
 
-        let receiver = NotificationReceiver(characteristic: characteristic, options: options, out: out)
+        let receiver = NotificationReceiver(characteristic: characteristic, options: options, out: QueuedOutput(fd: 1, loop: loop))
         var outcome: Result<Void, ToolError>?
         receiver.onFinish = { outcome = $0 }
         try receiver.start()

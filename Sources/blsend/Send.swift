@@ -49,7 +49,7 @@ struct Send {
         if let replyOptions = options.reply {
             let notifying = target.notifyCharacteristic == target.writeCharacteristic
                 ? characteristic : try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
-            let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: OutputBuffer(fd: 1))
+            let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
             r.onFinish = { replyOutcome = $0 }
             try r.start()
             receiver = r
