@@ -7,10 +7,10 @@ _blrecv() {
         -a|--adapter)
             COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
             return ;;
-        --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout)
+        --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout|--buffer)
             return ;;
     esac
     COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --verbose --no-pull --read
-        --eom --count --timeout --help --version -a -v -r -n -t -h' -- "$cur"))
+        --eom --count --timeout --buffer --help --version -a -v -r -n -t -h' -- "$cur"))
 }
 complete -F _blrecv blrecv

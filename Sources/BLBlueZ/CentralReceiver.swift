@@ -113,6 +113,9 @@ public final class NotificationReceiver {
                 self.flush()
             }
         }
+        // The waits above run the loop: the receiver may have finished meanwhile (stdout gone),
+        // and then what they set up must not stay.
+        if finished { close() }
     }
 
     /// Starts counting silence from now (blsend arms it once its input is sent).
@@ -126,6 +129,8 @@ public final class NotificationReceiver {
         silenceTimer = loop.schedule(after: seconds) { [weak self] in
             guard let self, let silence = self.options.silence else { return }
             self.silenceTimer = nil
+            // Time spent waiting for our own reader (queue full, socket unread) is not silence.
+            if self.out.isFull || self.pullWaiting { self.lastActivity = MonotonicClock.seconds() }
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
                 if self.bytesReceived > 0 {
@@ -158,6 +163,10 @@ public final class NotificationReceiver {
 
     private func socketReady(_ events: IOEvents) {
         guard let fd = socket?.rawValue else { return }
+        if finished {
+            close()
+            return
+        }
         // Drain every datagram that is there (while the output queue has room), then write them
         // out together.
         while !finished && !out.isFull {
@@ -279,12 +288,19 @@ public final class NotificationReceiver {
             stdoutFailed(error)
             return
         }
-        if out.isFull, let socketWatch { loop.setEvents(socketWatch, []) }
+        if out.isFull, let socketWatch, loop.events(of: socketWatch) != [] {
+            loop.setEvents(socketWatch, [])
+            Tool.note("standard output is \(out.queuedCount) bytes behind: notifications wait in bluetoothd's socket")
+        }
     }
 
     private func outputHasRoom() {
         guard !finished else { return }
-        if let socketWatch { loop.setEvents(socketWatch, .readable) }
+        lastActivity = MonotonicClock.seconds()
+        if let socketWatch, loop.events(of: socketWatch) == [] {
+            loop.setEvents(socketWatch, .readable)
+            Tool.note("standard output caught up: reading notifications again")
+        }
         if pullWaiting {
             pullWaiting = false
             pull()
@@ -303,8 +319,9 @@ public final class NotificationReceiver {
         if let fd = socket?.rawValue {
             while !finished {
                 let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
-                guard n > 0 else { break }
-                notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
+                // 0: an empty notification while bytes remain queued behind it, else the end.
+                guard n > 0 || (n == 0 && Self.queuedBytes(fd) > 0) else { break }
+                notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<max(n, 0)])))
             }
             if finished { return }
         }

@@ -4,18 +4,20 @@ import Glibc
 import Musl
 #endif
 
-/// Output to a descriptor whose reader may fall behind (stdout into a pipe), written from an
-/// event loop without ever waiting on it.
+/// Output to a descriptor whose reader may fall behind (stdout into a pipe or a terminal),
+/// written from an event loop without ever waiting on it.
 ///
-/// Bytes are queued in memory and written as the descriptor takes them: to a pipe, a terminal or
-/// a socket in pieces of at most `PIPE_BUF` bytes, and only when `poll` says it has room, so a
-/// write never blocks even though the descriptor stays blocking (making a shared stdout
-/// non-blocking would change it for every other process using it). Regular files and devices
-/// such as /dev/null take everything at once.
+/// Bytes are queued in memory and written as the descriptor takes them. The descriptor itself
+/// stays as it is: making a shared stdout non-blocking would change it for every other process
+/// using it. Instead a pipe or terminal is opened a second time through /proc/self/fd with
+/// O_NONBLOCK (an open file description of our own), a socket is written with MSG_DONTWAIT, and
+/// regular files and devices such as /dev/null, which take a write whole, are written directly.
+/// Where /proc cannot help, pieces of at most `PIPE_BUF` bytes are written only when `poll`
+/// reports room (which, for a pipe, is a free page).
 ///
-/// The queue is allowed to grow to ``limit``; the producer checks ``isFull`` and stops taking new
-/// data (for blrecv: stops reading the notification socket, which is where the back-pressure
-/// always was) until ``onRoom`` says the queue has drained to half.
+/// The queue may grow to ``limit``; the producer checks ``isFull`` and stops taking data (blrecv
+/// stops reading the notification socket, where the back-pressure always was) until ``onRoom``
+/// says the queue has drained to half.
 ///
 /// While nothing is queued, a pipe whose reader has gone is noticed at once (`POLLERR`), not at
 /// the next write: ``onFailure`` then reports `EPIPE`, as a write would have.
@@ -23,30 +25,41 @@ public final class QueuedOutput {
     public let fd: Int32
     /// Queued bytes at which ``isFull`` becomes true.
     public let limit: Int
-    /// Called (from the loop) when a write failed; nothing more is written after that.
+    /// Called (from the loop) when writing failed; nothing more is written after that.
     public var onFailure: ((Errno) -> Void)?
-    /// Called (from the loop) once the queue is below half of ``limit`` after having been full.
+    /// Called once the queue is down to half of ``limit`` after having been full.
     public var onRoom: (() -> Void)?
     public private(set) var bytesWritten = 0
     public private(set) var failure: Errno?
 
+    enum Path: Equatable {
+        /// Regular files, block devices, /dev/null: a write goes through whole.
+        case whole
+        /// Our own non-blocking open file description of a pipe or terminal.
+        case nonBlocking(Int32)
+        /// A socket: send(MSG_DONTWAIT).
+        case socket
+        /// PIPE_BUF pieces after poll says there is room.
+        case pieces
+    }
+
+    let path: Path
     private let loop: EventLoop
-    private let takesAnything: Bool
     private var buffer: [UInt8] = []
     private var start = 0
     private var watch: WatchToken?
     private var wasFull = false
+    private var closed = false
 
-    /// Bytes written to a pipe-like descriptor per `write(2)`: a pipe with room (`POLLOUT`) has at
-    /// least one free page, so a write this size goes through without waiting.
-    static let pieceSize = Int(PIPE_BUF)
+    /// What the tools hold for a slow reader unless told otherwise.
+    public static let defaultLimit = 16 << 20
 
-    public init(fd: Int32, loop: EventLoop, limit: Int = 16 << 20) {
+    public init(fd: Int32, loop: EventLoop, limit: Int = QueuedOutput.defaultLimit) {
         self.fd = fd
         self.loop = loop
         self.limit = max(1, limit)
-        takesAnything = QueuedOutput.neverWaits(fd)
-        if !takesAnything {
+        path = QueuedOutput.path(for: fd)
+        if path != .whole {
             // Idle: only an error (the reader went away) is of interest.
             watch = loop.watch(fd: fd, events: .error) { [weak self] events in self?.ready(events) }
         }
@@ -72,27 +85,28 @@ public final class QueuedOutput {
         if let failure { throw failure }
     }
 
-    /// Writes everything queued, waiting as long as the reader needs (when the output ends).
+    /// Writes everything queued, waiting for the reader (when the output ends). Gives up with
+    /// `EINTR` when SIGINT, SIGTERM or SIGHUP is pending: the loop holds those back, so a reader
+    /// that never reads must not make the process deaf to them.
     public func drain() throws(Errno) {
+        while failure == nil, queuedCount > 0, !closed {
+            if writeNow() { break }
+            if failure != nil { break }
+            if QueuedOutput.terminationPending() { throw .interrupted }
+            var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&entry, 1, 200)
+        }
         if let failure { throw failure }
-        let pending = queuedCount
-        let result = buffer.withUnsafeBytes { raw in
-            Result { () throws(Errno) in try FileIO.writeAll(fd, UnsafeRawBufferPointer(rebasing: raw[start...])) }
-        }
-        if case .failure(let error) = result {
-            fail(error)
-            throw error
-        }
-        bytesWritten += pending
-        buffer.removeAll(keepingCapacity: false)
-        start = 0
+        compact()
         setWatch(.error)
     }
 
-    /// Stops watching the descriptor (it is not closed).
+    /// Stops watching the descriptor and closes our own description of it (`fd` stays open).
     public func close() {
         if let watch { loop.remove(watch) }
         watch = nil
+        if !closed, case .nonBlocking(let own) = path, own != fd { Glibc.close(own) }
+        closed = true
     }
 
     // MARK: - Writing
@@ -112,43 +126,53 @@ public final class QueuedOutput {
     }
 
     private func pump() {
-        while failure == nil, queuedCount > 0 {
-            if !takesAnything && !hasRoom() {
-                setWatch([.writable, .error])
-                return
+        guard failure == nil, !closed else { return }
+        let everything = writeNow()
+        compact()
+        if failure == nil { setWatch(everything ? .error : [.writable, .error]) }
+        if wasFull && queuedCount <= limit / 2 {
+            wasFull = false
+            onRoom?()
+        }
+    }
+
+    /// Writes without waiting; true when nothing is left queued, false when the descriptor has
+    /// no room now (or writing failed).
+    private func writeNow() -> Bool {
+        while failure == nil, queuedCount > 0, !closed {
+            var count = queuedCount
+            if path == .pieces {
+                if !hasRoom() { return false }
+                count = min(count, Int(PIPE_BUF))
             }
-            let count = takesAnything ? queuedCount : min(queuedCount, QueuedOutput.pieceSize)
-            let written = buffer.withUnsafeBytes { raw in
-                Result { () throws(Errno) in try FileIO.write(fd, UnsafeRawBufferPointer(rebasing: raw[start..<start + count])) }
+            let n = buffer.withUnsafeBytes { raw -> Int in
+                let bytes = raw.baseAddress! + start
+                switch path {
+                case .whole, .pieces: return Glibc.write(fd, bytes, count)
+                case .nonBlocking(let own): return Glibc.write(own, bytes, count)
+                case .socket: return send(fd, bytes, count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                }
             }
-            let n: Int
-            switch written {
-            case .success(let count):
-                n = count
-            case .failure(.again):
-                // Someone else made the descriptor non-blocking: wait for room.
-                setWatch([.writable, .error])
-                return
-            case .failure(let error):
+            if n < 0 {
+                let error = Errno.current
+                if error == .interrupted { continue }
+                if error == .again { return false }
                 fail(error)
-                return
+                return false
             }
             start += n
             bytesWritten += n
         }
+        return queuedCount == 0
+    }
+
+    private func compact() {
         if queuedCount == 0 {
             buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 20)
             start = 0
         } else if start >= 64 * 1024 && start * 2 >= buffer.count {
             buffer.removeFirst(start)
             start = 0
-        }
-        if failure == nil {
-            setWatch(queuedCount > 0 ? [.writable, .error] : .error)
-        }
-        if wasFull && queuedCount < limit / 2 {
-            wasFull = false
-            onRoom?()
         }
     }
 
@@ -171,19 +195,34 @@ public final class QueuedOutput {
         failure = error
         buffer.removeAll()
         start = 0
-        close()
+        if let watch { loop.remove(watch) }
+        watch = nil
         loop.callSoon { [weak self] in self?.onFailure?(error) }
     }
 
-    /// Regular files, block devices and character devices other than terminals (/dev/null) take
-    /// a write whole without waiting for a reader.
-    static func neverWaits(_ fd: Int32) -> Bool {
+    /// How writes to `fd` avoid waiting (see the type's description).
+    static func path(for fd: Int32) -> Path {
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return false }
+        guard fstat(fd, &info) == 0 else { return .pieces }
         switch info.st_mode & S_IFMT {
-        case S_IFREG, S_IFBLK: return true
-        case S_IFCHR: return isatty(fd) == 0
-        default: return false
+        case S_IFREG, S_IFBLK: return .whole
+        case S_IFSOCK: return .socket
+        case S_IFCHR where isatty(fd) == 0: return .whole
+        default: break
         }
+        // A pipe, FIFO or terminal: already non-blocking (someone else's choice), or our own
+        // non-blocking description of it.
+        let flags = fcntl(fd, F_GETFL)
+        if flags >= 0 && flags & O_NONBLOCK != 0 { return .nonBlocking(fd) }
+        let own = open("/proc/self/fd/\(fd)", O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        return own >= 0 ? .nonBlocking(own) : .pieces
+    }
+
+    /// SIGINT, SIGTERM or SIGHUP is waiting to be delivered.
+    static func terminationPending() -> Bool {
+        var pending = sigset_t()
+        guard sigpending(&pending) == 0 else { return false }
+        return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1
+            || sigismember(&pending, SIGHUP) == 1
     }
 }

@@ -26,6 +26,21 @@ public enum Tool {
         try? FileIO.writeAll(2, "\(name): \(message)\n")
     }
 
+    /// Keeps descriptors 0, 1 and 2 taken when the tool was started with one of them closed
+    /// (`blrecv DEV >&-`): otherwise the next descriptor opened (the D-Bus socket) would get the
+    /// number and data meant for stdout would go into it. A closed one gets /dev/null opened the
+    /// wrong way round (stdin write-only, stdout and stderr read-only), so using it still fails
+    /// with EBADF, as it would have.
+    public static func reserveStandardDescriptors() {
+        for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 {
+            let null = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY)
+            if null >= 0 && null != fd {
+                dup2(null, fd)
+                close(null)
+            }
+        }
+    }
+
     /// Writes a diagnostic line and exits with `code`.
     public static func exit(_ code: ExitCode, _ message: String) -> Never {
         warn(message)
@@ -38,6 +53,7 @@ public enum Tool {
     public static func run(_ spec: CommandSpec, arguments: [String] = Array(CommandLine.arguments.dropFirst()),
                            _ body: (ParsedOptions) throws -> Void) -> Never {
         name = spec.name
+        reserveStandardDescriptors()
         let options: ParsedOptions
         do {
             options = try spec.parse(arguments)

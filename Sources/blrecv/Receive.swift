@@ -6,6 +6,8 @@ struct Receive {
     let target: CentralTarget
     let options: NotificationReceiver.Options
     let readOnce: Bool
+    /// Output held for a slow reader (QueuedOutput's limit).
+    let buffer: Int
 
     func run() throws {
         let loop = EventLoop()
@@ -32,7 +34,7 @@ struct Receive {
             return
         }
 
-        let receiver = NotificationReceiver(characteristic: characteristic, options: options, out: QueuedOutput(fd: 1, loop: loop))
+        let receiver = NotificationReceiver(characteristic: characteristic, options: options, out: QueuedOutput(fd: 1, loop: loop, limit: buffer))
         var outcome: Result<Void, ToolError>?
         receiver.onFinish = { outcome = $0 }
         try receiver.start()

@@ -16,6 +16,7 @@ let spec = CommandSpec(
         OptionSpec("eom", help: "exit 0 at a notification equal to EOM (not written)"),
         OptionSpec("count", short: "n", value: "N", help: "exit after N replies (a doorbell and its reads count as one)"),
         OptionSpec("timeout", short: "t", value: "S", help: "exit after S seconds without a notification (75 if none came)"),
+        OptionSpec("buffer", value: "SIZE", help: "output held for a slow reader before reading waits (default 16M)"),
     ],
     operands: 1...1,
     epilog: """
@@ -39,7 +40,8 @@ Tool.run(spec) { options in
     receive.count = try options.int("count", in: 1...Int.max)
     receive.silence = try options.seconds("timeout", in: 0.001...86_400)
     if options.has("read") {
-        try options.refuse(["count", "timeout", "eom", "no-pull"], "is for notifications; it cannot be used with --read")
+        try options.refuse(["count", "timeout", "eom", "no-pull", "buffer"], "is for notifications; it cannot be used with --read")
     }
-    try Receive(target: target, options: receive, readOnce: options.has("read")).run()
+    let buffer = try options.byteCount("buffer", in: 4096...(1 << 30)) ?? QueuedOutput.defaultLimit
+    try Receive(target: target, options: receive, readOnce: options.has("read"), buffer: buffer).run()
 }

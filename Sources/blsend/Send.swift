@@ -68,7 +68,8 @@ struct Send {
         writer.start()
         _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
         if case .failure(let error) = sendOutcome! {
-            receiver?.close()
+            // Replies already received still go out (finish writes what the output holds).
+            receiver?.finish(.failure(error))
             throw error
         }
         if let receiver {

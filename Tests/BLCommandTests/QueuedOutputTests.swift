@@ -36,11 +36,10 @@ final class QueuedOutputTests: XCTestCase {
     }
 
     /// A reader that is not reading does not stop the writer: a megabyte (16 pipes' worth) is
-    /// accepted at once, and once the reader reads, every byte arrives in order and the queue
-    /// says it has room again.
+    /// accepted at once. When the reader reads part of it, the queue says it has room as soon as
+    /// it is down to half (not only once empty); then every byte arrives, in order.
     func testStalledPipeReaderDoesNotBlockTheWriter() {
         let (r, w) = makePipe()
-        defer { close(r) }
         let payload = Self.pattern(1 << 20)
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop, limit: 512 * 1024)
@@ -62,23 +61,174 @@ final class QueuedOutputTests: XCTestCase {
             accepted.signal()
         }
         guard accepted.wait(timeout: .now() + 20) == .success else {
-            close(w)   // unblocks the writer with EPIPE
+            close(r)   // the blocked write fails with EPIPE and the thread ends
             return XCTFail("writing to a pipe nobody reads blocked")
         }
+        defer { close(r) }
         XCTAssertTrue(fullSeen)
         XCTAssertGreaterThan(out.queuedCount, 1 << 19)
-        XCTAssertLessThanOrEqual(out.queuedCount, payload.count - 4096)
         XCTAssertEqual(roomCalls, 0)
 
-        let (done, got) = collect(r)
+        // The reader takes 800,000 bytes and stops: about 180 KB stay queued, under half.
+        let part = 800_000
+        let partRead = DispatchSemaphore(value: 0)
+        let resume = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var got: [UInt8] = []
+        DispatchQueue.global().async {
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let want = got.count < part ? min(chunk.count, part - got.count) : chunk.count
+                let n = chunk.withUnsafeMutableBytes { Glibc.read(r, $0.baseAddress, want) }
+                if n <= 0 { break }
+                got += chunk[0..<n]
+                if got.count == part {
+                    partRead.signal()
+                    resume.wait()
+                }
+            }
+            finished.signal()
+        }
+        XCTAssertTrue(loop.run(until: { partRead.wait(timeout: .now()) == .success }, timeout: 20))
+        _ = loop.run(until: { roomCalls > 0 }, timeout: 1)
+        XCTAssertEqual(roomCalls, 1, "room must be announced at half, not only when empty")
+        XCTAssertGreaterThan(out.queuedCount, 0)
+        resume.signal()
         XCTAssertTrue(loop.run(until: { out.queuedCount == 0 }, timeout: 20))
         XCTAssertEqual(roomCalls, 1)
         XCTAssertEqual(out.bytesWritten, payload.count)
         out.close()
         close(w)
+        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(got == payload)
+        XCTAssertEqual(failures, [])
+    }
+
+    /// A terminal whose reader has stopped (a stalled ssh session, Ctrl-S) holds far less than a
+    /// pipe, and poll reports room there for a single free byte: writes must still not block.
+    func testStalledTerminalDoesNotBlockTheWriter() throws {
+        let master = open("/dev/ptmx", O_RDWR | O_NOCTTY)
+        guard master >= 0 else { throw XCTSkip("no /dev/ptmx here") }
+        defer { close(master) }
+        // unlockpt() and ptsname() by hand (Glibc's module does not offer them):
+        // TIOCSPTLCK with 0, then TIOCGPTN for the number.
+        var unlock: Int32 = 0
+        XCTAssertEqual(ioctl(master, 0x4004_5431, &unlock), 0)
+        var number: UInt32 = 0
+        XCTAssertEqual(ioctl(master, 0x8004_5430, &number), 0)
+        let slave = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
+        XCTAssertGreaterThanOrEqual(slave, 0)
+        var mode = termios()
+        XCTAssertEqual(tcgetattr(slave, &mode), 0)
+        cfmakeraw(&mode)
+        XCTAssertEqual(tcsetattr(slave, TCSANOW, &mode), 0)
+
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: slave, loop: loop)
+        guard case .nonBlocking(let own) = out.path, own != slave else {
+            close(slave)
+            return XCTFail("a terminal should get its own non-blocking description, got \(out.path)")
+        }
+        let payload = Self.pattern(256 * 1024, seed: 9)
+        let accepted = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) let writer = out
+        DispatchQueue.global().async {
+            for start in stride(from: 0, to: payload.count, by: 4096) {
+                writer.write(Array(payload[start..<start + 4096]))
+                try? writer.flush()
+            }
+            accepted.signal()
+        }
+        guard accepted.wait(timeout: .now() + 20) == .success else {
+            return XCTFail("writing to a terminal nobody reads blocked")   // the fds leak: the thread holds them
+        }
+        XCTAssertGreaterThan(out.queuedCount, 0)
+        // Now read the other side while the loop writes the rest.
+        var got: [UInt8] = []
+        let readWatch = loop.watch(fd: master, events: .readable) { _ in
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(master, $0.baseAddress, $0.count) }
+            if n > 0 { got += chunk[0..<n] }
+        }
+        XCTAssertTrue(loop.run(until: { got.count >= payload.count }, timeout: 30))
+        loop.remove(readWatch)
+        XCTAssertEqual(fcntl(slave, F_GETFL) & O_NONBLOCK, 0, "the terminal's own description stays blocking")
+        out.close()
+        close(slave)
+        XCTAssertTrue(got == payload)
+    }
+
+    /// Whatever someone else set: a pipe already non-blocking is written as it is.
+    func testPipeMadeNonBlockingBySomeoneElse() throws {
+        let (r, w) = makePipe()
+        defer { close(r); close(w) }
+        try FileIO.setNonBlocking(w)
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: w, loop: loop)
+        XCTAssertEqual(out.path, .nonBlocking(w))
+        let payload = Self.pattern(300_000, seed: 1)
+        out.write(payload)
+        try out.flush()
+        XCTAssertGreaterThan(out.queuedCount, 0)
+        let (done, got) = collect(r)
+        XCTAssertTrue(loop.run(until: { out.queuedCount == 0 }, timeout: 20))
+        out.close()
+        close(w)
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(got() == payload)
-        XCTAssertEqual(failures, [])
+    }
+
+    func testPathFollowsTheKindOfDescriptor() throws {
+        let loop = EventLoop()
+        let (r, w) = makePipe()
+        defer { close(r); close(w) }
+        let fromPipe = QueuedOutput(fd: w, loop: loop)
+        guard case .nonBlocking(let own) = fromPipe.path else { return XCTFail("pipe: \(fromPipe.path)") }
+        XCTAssertNotEqual(own, w)
+        XCTAssertEqual(fcntl(w, F_GETFL) & O_NONBLOCK, 0, "the shared pipe stays blocking")
+        fromPipe.close()
+        XCTAssertEqual(fcntl(own, F_GETFD), -1, "close() closes our own description")
+
+        var pair: [Int32] = [0, 0]
+        XCTAssertEqual(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair), 0)
+        defer { close(pair[0]); close(pair[1]) }
+        XCTAssertEqual(QueuedOutput(fd: pair[0], loop: loop).path, .socket)
+
+        let null = open("/dev/null", O_WRONLY)
+        defer { close(null) }
+        XCTAssertEqual(QueuedOutput(fd: null, loop: loop).path, .whole)
+        let file = try XCTUnwrap(tmpfile())
+        defer { fclose(file) }
+        XCTAssertEqual(QueuedOutput(fd: fileno(file), loop: loop).path, .whole)
+    }
+
+    /// drain() waits for the reader, but not past a pending SIGTERM: the loop holds such signals
+    /// back, so without this a reader that never reads would make the tool deaf to them.
+    func testDrainGivesUpWhenATerminationSignalIsPending() throws {
+        let (r, w) = makePipe()
+        defer { close(r); close(w) }
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: w, loop: loop)
+        out.write(Self.pattern(200_000))
+        try out.flush()
+        XCTAssertGreaterThan(out.queuedCount, 0)
+
+        var term = sigset_t()
+        sigemptyset(&term)
+        sigaddset(&term, SIGTERM)
+        var previous = sigset_t()
+        XCTAssertEqual(pthread_sigmask(SIG_BLOCK, &term, &previous), 0)
+        defer {
+            var now = timespec(tv_sec: 0, tv_nsec: 0)
+            _ = sigtimedwait(&term, nil, &now)   // take the signal back
+            pthread_sigmask(SIG_SETMASK, &previous, nil)
+        }
+        XCTAssertEqual(pthread_kill(pthread_self(), SIGTERM), 0)
+        let started = MonotonicClock.seconds()
+        XCTAssertThrowsError(try out.drain()) { error in
+            XCTAssertEqual(error as? Errno, .interrupted)
+        }
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 5)
     }
 
     /// A pipe whose reader has gone is reported while nothing is queued (`blrecv | head` ends
