@@ -129,8 +129,8 @@ public final class NotificationReceiver {
         silenceTimer = loop.schedule(after: seconds) { [weak self] in
             guard let self, let silence = self.options.silence else { return }
             self.silenceTimer = nil
-            // Time spent waiting for our own reader (queue full, socket unread) is not silence.
-            if self.out.isFull || self.pullWaiting { self.lastActivity = MonotonicClock.seconds() }
+            // Time spent waiting for our own reader (socket unread, pull held back) is not silence.
+            if self.waitingForReader { self.lastActivity = MonotonicClock.seconds() }
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
                 if self.bytesReceived > 0 {
@@ -294,6 +294,13 @@ public final class NotificationReceiver {
         }
     }
 
+    /// Reading is paused until the output queue is down to half.
+    private var waitingForReader: Bool {
+        if out.isFull || pullWaiting { return true }
+        if let socketWatch, loop.events(of: socketWatch) == [] { return true }
+        return false
+    }
+
     private func outputHasRoom() {
         guard !finished else { return }
         lastActivity = MonotonicClock.seconds()
@@ -344,7 +351,19 @@ public final class NotificationReceiver {
             out.write(value)
         }
         held = []
-        try? out.drain()
+        var result = result
+        do {
+            try out.drain()
+        } catch {
+            // What was received did not all reach stdout: that is not a success.
+            if case .success = result {
+                if error == .interrupted {
+                    result = .failure(ToolError.quiet(.interrupted))
+                } else if error != .pipe {
+                    result = .failure(ToolError(.ioError, "stdout: \(error)"))
+                }
+            }
+        }
         close()
         onFinish?(result)
     }

@@ -50,6 +50,7 @@ public final class QueuedOutput {
     private var watch: WatchToken?
     private var wasFull = false
     private var closed = false
+    private let idleEvents: IOEvents
 
     /// What the tools hold for a slow reader unless told otherwise.
     public static let defaultLimit = 16 << 20
@@ -59,9 +60,14 @@ public final class QueuedOutput {
         self.loop = loop
         self.limit = max(1, limit)
         path = QueuedOutput.path(for: fd)
-        if path != .whole {
-            // Idle: only an error (the reader went away) is of interest.
-            watch = loop.watch(fd: fd, events: .error) { [weak self] events in self?.ready(events) }
+        // Idle: only an error (the reader went away) is of interest; files have none to report.
+        idleEvents = path == .whole ? [] : .error
+        watch = loop.watch(fd: fd, events: idleEvents) { [weak self] events in self?.ready(events) }
+        let mode = fcntl(fd, F_GETFL)
+        if mode < 0 || mode & O_ACCMODE == O_RDONLY {
+            // Not open for writing (or not open: a closed stdout is /dev/null opened read-only,
+            // see Tool.reserveStandardDescriptors): say so now, not at the first write.
+            fail(Errno(mode < 0 ? errno : EBADF))
         }
     }
 
@@ -98,7 +104,7 @@ public final class QueuedOutput {
         }
         if let failure { throw failure }
         compact()
-        setWatch(.error)
+        setWatch(idleEvents)
     }
 
     /// Stops watching the descriptor and closes our own description of it (`fd` stays open).
@@ -129,7 +135,7 @@ public final class QueuedOutput {
         guard failure == nil, !closed else { return }
         let everything = writeNow()
         compact()
-        if failure == nil { setWatch(everything ? .error : [.writable, .error]) }
+        if failure == nil { setWatch(everything ? idleEvents : [.writable, .error]) }
         if wasFull && queuedCount <= limit / 2 {
             wasFull = false
             onRoom?()
@@ -160,6 +166,7 @@ public final class QueuedOutput {
                 fail(error)
                 return false
             }
+            if n == 0 { return false }   // took nothing: wait for room rather than spin
             start += n
             bytesWritten += n
         }
@@ -211,12 +218,19 @@ public final class QueuedOutput {
         default: break
         }
         // A pipe, FIFO or terminal: already non-blocking (someone else's choice), or our own
-        // non-blocking description of it.
+        // non-blocking description of it. Not for a descriptor that cannot write (init fails
+        // it), nor a pty master: opening that again through /proc opens /dev/ptmx, a new pty.
         let flags = fcntl(fd, F_GETFL)
-        if flags >= 0 && flags & O_NONBLOCK != 0 { return .nonBlocking(fd) }
+        if flags < 0 || flags & O_ACCMODE == O_RDONLY { return .pieces }
+        if flags & O_NONBLOCK != 0 { return .nonBlocking(fd) }
+        var ptyNumber: UInt32 = 0
+        if ioctl(fd, QueuedOutput.getPtyNumber, &ptyNumber) == 0 { return .pieces }
         let own = open("/proc/self/fd/\(fd)", O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         return own >= 0 ? .nonBlocking(own) : .pieces
     }
+
+    /// TIOCGPTN: succeeds only on a pty master.
+    static let getPtyNumber: UInt = 0x8004_5430
 
     /// SIGINT, SIGTERM or SIGHUP is waiting to be delivered.
     static func terminationPending() -> Bool {

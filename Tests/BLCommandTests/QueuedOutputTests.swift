@@ -117,7 +117,9 @@ final class QueuedOutputTests: XCTestCase {
         var number: UInt32 = 0
         XCTAssertEqual(ioctl(master, 0x8004_5430, &number), 0)
         let slave = open("/dev/pts/\(number)", O_RDWR | O_NOCTTY)
-        XCTAssertGreaterThanOrEqual(slave, 0)
+        guard slave >= 0 else { return XCTFail("cannot open /dev/pts/\(number): \(Errno.current)") }
+        XCTAssertEqual(QueuedOutput(fd: master, loop: EventLoop()).path, .pieces,
+                       "a pty master is not opened again (that would make a new pty)")
         var mode = termios()
         XCTAssertEqual(tcgetattr(slave, &mode), 0)
         cfmakeraw(&mode)
@@ -206,7 +208,23 @@ final class QueuedOutputTests: XCTestCase {
     /// back, so without this a reader that never reads would make the tool deaf to them.
     func testDrainGivesUpWhenATerminationSignalIsPending() throws {
         let (r, w) = makePipe()
-        defer { close(r); close(w) }
+        // If drain() ignored the signal it would wait for ever: after 10 s a reader takes the
+        // bytes, drain() succeeds, and the assertion below reports it.
+        let watchdogStarted = DispatchSemaphore(value: 0)
+        let watchdogDone = DispatchSemaphore(value: 0)
+        let watchdog = DispatchWorkItem {
+            watchdogStarted.signal()
+            var sink = [UInt8](repeating: 0, count: 65536)
+            while sink.withUnsafeMutableBytes({ Glibc.read(r, $0.baseAddress, $0.count) }) > 0 {}
+            watchdogDone.signal()
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 10, execute: watchdog)
+        defer {
+            watchdog.cancel()
+            close(w)
+            if watchdogStarted.wait(timeout: .now()) == .success { watchdogDone.wait() }   // it sees EOF
+            close(r)
+        }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
         out.write(Self.pattern(200_000))
@@ -270,6 +288,19 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertEqual(out.failure, .pipe)
     }
 
+    /// A descriptor that cannot be written (stdout closed at start, then reserved read-only) is
+    /// reported at once, not when the first notification comes.
+    func testReadOnlyDescriptorFailsAtOnce() {
+        let (r, w) = makePipe()
+        defer { close(r); close(w) }
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: r, loop: loop)
+        var failures: [Errno] = []
+        out.onFailure = { failures.append($0) }
+        XCTAssertTrue(loop.run(until: { !failures.isEmpty }, timeout: 2))
+        XCTAssertEqual(failures, [Errno(EBADF)])
+    }
+
     /// A regular file takes everything in the flush, without the loop.
     func testRegularFileIsWrittenAtOnce() throws {
         let file = try XCTUnwrap(tmpfile())
@@ -277,7 +308,7 @@ final class QueuedOutputTests: XCTestCase {
         let fd = fileno(file)
         let loop = EventLoop()
         let out = QueuedOutput(fd: fd, loop: loop, limit: 1024)
-        XCTAssertEqual(loop.watchCount, 0)
+        XCTAssertEqual(out.path, .whole)
         let payload = Self.pattern(300_000, seed: 5)
         out.write(payload)
         XCTAssertTrue(out.isFull)

@@ -5,21 +5,25 @@ import XCTest
 final class ToolTests: XCTestCase {
     /// A tool started with stdin (or stdout) closed keeps the number taken, so the D-Bus socket
     /// opened next cannot become "stdin"; using it still fails as a closed descriptor would.
+    /// Run in a forked child: other tests in this process open descriptors concurrently, and one
+    /// of them would take the closed number first. The child only makes system calls.
     func testClosedStandardDescriptorStaysTakenAndUnusable() {
-        let saved = dup(0)
-        XCTAssertGreaterThan(saved, 2)
-        defer {
-            dup2(saved, 0)
-            close(saved)
+        let pid = fork()
+        XCTAssertGreaterThanOrEqual(pid, 0)
+        if pid == 0 {
+            close(0)
+            Tool.reserveStandardDescriptors()
+            var status: Int32 = 0
+            if fcntl(0, F_GETFD) < 0 { status |= 1 }             // 0 is taken again
+            var byte: UInt8 = 0
+            if read(0, &byte, 1) != -1 || errno != EBADF { status |= 2 }   // and unusable
+            let next = open("/dev/null", O_RDONLY)
+            if next <= 2 { status |= 4 }                          // the next open is not 0-2
+            _exit(status)
         }
-        close(0)
-        Tool.reserveStandardDescriptors()
-        XCTAssertGreaterThanOrEqual(fcntl(0, F_GETFD), 0, "descriptor 0 is taken again")
-        var byte: UInt8 = 0
-        XCTAssertEqual(read(0, &byte, 1), -1)
-        XCTAssertEqual(errno, EBADF)
-        let next = open("/dev/null", O_RDONLY)
-        XCTAssertGreaterThan(next, 2, "the next descriptor opened is not a standard one")
-        close(next)
+        var status: Int32 = 0
+        XCTAssertEqual(waitpid(pid, &status, 0), pid)
+        XCTAssertEqual(status & 0x7f, 0, "the child was killed by a signal")
+        XCTAssertEqual((status >> 8) & 0xff, 0, "1: fd 0 not taken, 2: usable, 4: next open got 0-2")
     }
 }
