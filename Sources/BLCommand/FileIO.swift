@@ -53,16 +53,19 @@ public enum FileIO {
             do {
                 offset += try write(fd, UnsafeRawBufferPointer(rebasing: bytes[offset...]))
             } catch .again {
-                try waitWritable(fd)
+                _ = try pollWritable(fd, milliseconds: -1)
             }
         }
     }
 
-    /// Blocks until `fd` can take data (after EAGAIN on a descriptor someone made non-blocking).
+    /// Waits up to `milliseconds` (-1: for as long as it takes, 0: not at all) until `fd` can
+    /// take data, or has an error a write would report. True if it can (or has).
     @usableFromInline
-    static func waitWritable(_ fd: Int32) throws(Errno) {
+    static func pollWritable(_ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        while poll(&entry, 1, -1) < 0 {
+        while true {
+            let n = poll(&entry, 1, milliseconds)
+            if n >= 0 { return n > 0 }
             if errno != EINTR { throw Errno.current }
         }
     }
@@ -79,7 +82,7 @@ public enum FileIO {
             if n < 0 {
                 if errno == EINTR { continue }
                 if errno == EAGAIN {
-                    try waitWritable(fd)
+                    _ = try pollWritable(fd, milliseconds: -1)
                     continue
                 }
                 throw Errno.current

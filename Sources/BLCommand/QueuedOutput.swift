@@ -99,8 +99,7 @@ public final class QueuedOutput {
             if writeNow() { break }
             if failure != nil { break }
             if QueuedOutput.terminationPending() { throw .interrupted }
-            var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&entry, 1, 200)
+            _ = try? FileIO.pollWritable(fd, milliseconds: 200)
         }
         if let failure { throw failure }
         compact()
@@ -148,7 +147,8 @@ public final class QueuedOutput {
         while failure == nil, queuedCount > 0, !closed {
             var count = queuedCount
             if path == .pieces {
-                if !hasRoom() { return false }
+                // Room, or an error the write will report.
+                if !((try? FileIO.pollWritable(fd, milliseconds: 0)) ?? true) { return false }
                 count = min(count, Int(PIPE_BUF))
             }
             let n = buffer.withUnsafeBytes { raw -> Int in
@@ -181,15 +181,6 @@ public final class QueuedOutput {
             buffer.removeFirst(start)
             start = 0
         }
-    }
-
-    /// Whether the descriptor can take a piece now (or has an error a write would report).
-    private func hasRoom() -> Bool {
-        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        while poll(&entry, 1, 0) < 0 {
-            if errno != EINTR { return true }
-        }
-        return entry.revents != 0
     }
 
     private func setWatch(_ events: IOEvents) {
