@@ -93,8 +93,8 @@ public final class NotificationReceiver {
         do {
             let acquired = try characteristic.acquireNotify()
             socket = acquired.fd
-            socketWatch = loop.watch(fd: acquired.fd.rawValue, events: .readable) { [weak self] events in
-                self?.socketReady(events)
+            socketWatch = loop.watch(fd: acquired.fd.rawValue, events: .readable) { [weak self] _ in
+                self?.socketReady()
             }
         } catch let error where error.message.contains("Notify acquired") || error.message.contains("NotPermitted") {
             throw ToolError(.unavailable, "notifications of \(characteristic.uuid) are already taken by another process"
@@ -161,36 +161,40 @@ public final class NotificationReceiver {
 
     // MARK: - Events
 
-    private func socketReady(_ events: IOEvents) {
+    private func socketReady() {
         guard let fd = socket?.rawValue else { return }
         if finished {
             close()
             return
         }
-        // Drain every datagram that is there (while the output queue has room), then write them
-        // out together.
-        while !finished && !out.isFull {
+        // Every datagram that is there (while the output queue has room), written out together.
+        if takeDatagrams(fd, untilQueueFull: true) {
+            deviceDisconnected()
+            return
+        }
+        flush()
+    }
+
+    /// Takes the datagrams waiting on the socket, in order, as notifications. Returns true when
+    /// the socket is at its end: bluetoothd closed it (the link went down) and nothing is left.
+    private func takeDatagrams(_ fd: Int32, untilQueueFull: Bool) -> Bool {
+        while !finished && !(untilQueueFull && out.isFull) {
             let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
             if n > 0 {
                 notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
                 continue
             }
             if n == 0 {
-                // An empty notification, or the end: bluetoothd closed the socket (the link went
-                // down), and then every recv returns 0 at once.
+                // An empty notification, or the end: once closed, every recv returns 0 at once.
                 // Queued data first: a socket can hold datagrams after an empty one when closed.
-                if (events.contains(.hangup) || events.contains(.error) || Self.isHungUp(fd)) && Self.queuedBytes(fd) == 0 {
-                    deviceDisconnected()
-                    return
-                }
+                if Self.isHungUp(fd) && Self.queuedBytes(fd) == 0 { return true }
                 notification([])
                 continue
             }
             if errno == EINTR { continue }
-            if errno != EAGAIN && errno != EWOULDBLOCK { deviceDisconnected() }
-            break
+            return errno != EAGAIN && errno != EWOULDBLOCK
         }
-        flush()
+        return false
     }
 
     /// Bytes still queued on a SOCK_SEQPACKET socket (SIOCINQ sums every datagram).
@@ -288,23 +292,24 @@ public final class NotificationReceiver {
             stdoutFailed(error)
             return
         }
-        if out.isFull, let socketWatch, loop.events(of: socketWatch) != [] {
+        if out.isFull, let socketWatch, !socketPaused {
             loop.setEvents(socketWatch, [])
             Tool.note("standard output is \(out.queuedCount) bytes behind: notifications wait in bluetoothd's socket")
         }
     }
 
-    /// Reading is paused until the output queue is down to half.
-    private var waitingForReader: Bool {
-        if out.isFull || pullWaiting { return true }
-        if let socketWatch, loop.events(of: socketWatch) == [] { return true }
-        return false
+    /// Reading the socket is paused until the output queue is down to half.
+    private var socketPaused: Bool {
+        socketWatch.map { loop.events(of: $0) == [] } ?? false
     }
+
+    /// Nothing is taken in until our own reader catches up.
+    private var waitingForReader: Bool { out.isFull || pullWaiting || socketPaused }
 
     private func outputHasRoom() {
         guard !finished else { return }
         lastActivity = MonotonicClock.seconds()
-        if let socketWatch, loop.events(of: socketWatch) == [] {
+        if let socketWatch, socketPaused {
             loop.setEvents(socketWatch, .readable)
             Tool.note("standard output caught up: reading notifications again")
         }
@@ -324,12 +329,7 @@ public final class NotificationReceiver {
         // While the output queue was full the socket was not read: what it still holds came
         // before the disconnect.
         if let fd = socket?.rawValue {
-            while !finished {
-                let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
-                // 0: an empty notification while bytes remain queued behind it, else the end.
-                guard n > 0 || (n == 0 && Self.queuedBytes(fd) > 0) else { break }
-                notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<max(n, 0)])))
-            }
+            _ = takeDatagrams(fd, untilQueueFull: false)
             if finished { return }
         }
         let address = characteristic.peer.device.address
