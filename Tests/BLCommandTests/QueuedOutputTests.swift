@@ -9,6 +9,12 @@ final class QueuedOutputTests: XCTestCase {
         signal(SIGPIPE, SIG_IGN)
     }
 
+    /// What an output reported through onFailure.
+    private final class Failures {
+        var list: [Errno] = []
+        init(_ out: QueuedOutput) { out.onFailure = { [weak self] in self?.list.append($0) } }
+    }
+
     private func makePipe() -> (read: Int32, write: Int32) {
         var fds: [Int32] = [0, 0]
         XCTAssertEqual(pipe(&fds), 0)
@@ -45,8 +51,7 @@ final class QueuedOutputTests: XCTestCase {
         let out = QueuedOutput(fd: w, loop: loop, limit: 512 * 1024)
         var roomCalls = 0
         out.onRoom = { roomCalls += 1 }
-        var failures: [Errno] = []
-        out.onFailure = { failures.append($0) }
+        let failures = Failures(out)
 
         // If a write blocked, this would not finish: nobody reads the pipe yet.
         let accepted = DispatchSemaphore(value: 0)
@@ -101,7 +106,7 @@ final class QueuedOutputTests: XCTestCase {
         close(w)
         XCTAssertEqual(finished.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(got == payload)
-        XCTAssertEqual(failures, [])
+        XCTAssertEqual(failures.list, [])
     }
 
     /// A terminal whose reader has stopped (a stalled ssh session, Ctrl-S) holds far less than a
@@ -256,15 +261,14 @@ final class QueuedOutputTests: XCTestCase {
         defer { close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
-        var failures: [Errno] = []
-        out.onFailure = { failures.append($0) }
+        let failures = Failures(out)
         out.write(Array("first\n".utf8))
         XCTAssertNoThrow(try out.flush())
         _ = loop.run(until: { false }, timeout: 0.1)
-        XCTAssertEqual(failures, [])
+        XCTAssertEqual(failures.list, [])
         close(r)
-        XCTAssertTrue(loop.run(until: { !failures.isEmpty }, timeout: 5))
-        XCTAssertEqual(failures, [.pipe])
+        XCTAssertTrue(loop.run(until: { !failures.list.isEmpty }, timeout: 5))
+        XCTAssertEqual(failures.list, [.pipe])
         // Nothing is written after a failure, and flush reports it.
         out.write(Array("more".utf8))
         XCTAssertEqual(out.queuedCount, 0)
@@ -277,14 +281,13 @@ final class QueuedOutputTests: XCTestCase {
         defer { close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
-        var failures: [Errno] = []
-        out.onFailure = { failures.append($0) }
+        let failures = Failures(out)
         out.write(Self.pattern(200_000))
         XCTAssertNoThrow(try out.flush())
         XCTAssertGreaterThan(out.queuedCount, 0)
         close(r)
-        XCTAssertTrue(loop.run(until: { !failures.isEmpty }, timeout: 5))
-        XCTAssertEqual(failures, [.pipe])
+        XCTAssertTrue(loop.run(until: { !failures.list.isEmpty }, timeout: 5))
+        XCTAssertEqual(failures.list, [.pipe])
         XCTAssertEqual(out.failure, .pipe)
     }
 
@@ -295,10 +298,9 @@ final class QueuedOutputTests: XCTestCase {
         defer { close(r); close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: r, loop: loop)
-        var failures: [Errno] = []
-        out.onFailure = { failures.append($0) }
-        XCTAssertTrue(loop.run(until: { !failures.isEmpty }, timeout: 2))
-        XCTAssertEqual(failures, [Errno(EBADF)])
+        let failures = Failures(out)
+        XCTAssertTrue(loop.run(until: { !failures.list.isEmpty }, timeout: 2))
+        XCTAssertEqual(failures.list, [Errno(EBADF)])
     }
 
     /// A regular file takes everything in the flush, without the loop.
