@@ -21,9 +21,40 @@ public enum Tool {
         if verbosity > 0 { warn(message()) }
     }
 
-    /// Writes "name: message" and a newline to stderr. Never fails.
+    /// Writes "name: message" and a newline to stderr. Never fails, and never waits on the
+    /// reader once ``queueDiagnostics(on:)`` was called.
     public static func warn(_ message: String) {
-        try? FileIO.writeAll(2, "\(name): \(message)\n")
+        writeStderr("\(name): \(message)\n")
+    }
+
+    /// Writes `text` to stderr as it is (a progress line), through the loop's queue when there
+    /// is one. Returns false when it was dropped because stderr is not being read.
+    @discardableResult
+    public static func writeStderr(_ text: String) -> Bool {
+        if let diagnostics { return diagnostics.write(text) }
+        return (try? FileIO.writeAll(2, text)) != nil
+    }
+
+    /// True while diagnostics wait for stderr's reader: a progress update then is not worth
+    /// queueing.
+    public static var stderrIsBehind: Bool { (diagnostics?.queuedCount ?? 0) > 0 }
+
+    nonisolated(unsafe) private static var diagnostics: DiagnosticOutput?
+
+    /// From now on diagnostics are written from `loop` without waiting on stderr's reader (a
+    /// pipe nobody reads, a terminal stopped with ^S): see ``DiagnosticOutput``. What is still
+    /// queued is written, waiting, when the tool exits through `Tool`.
+    public static func queueDiagnostics(on loop: EventLoop) {
+        finishDiagnostics()
+        diagnostics = DiagnosticOutput(fd: 2, loop: loop, prefix: "\(name): ")
+    }
+
+    /// Writes what diagnostics still wait (see ``DiagnosticOutput/finish()``); later ones are
+    /// written directly again.
+    public static func finishDiagnostics() {
+        let queue = diagnostics
+        diagnostics = nil
+        queue?.finish()
     }
 
     /// Keeps descriptors 0, 1 and 2 taken when the tool was started with one of them closed
@@ -44,6 +75,7 @@ public enum Tool {
     /// Writes a diagnostic line and exits with `code`.
     public static func exit(_ code: ExitCode, _ message: String) -> Never {
         warn(message)
+        finishDiagnostics()
         Glibc.exit(code.rawValue)
     }
 
@@ -70,11 +102,15 @@ public enum Tool {
         } catch let error as UsageError {
             exit(.usage, "\(error.message); try '\(spec.name) --help'")
         } catch let error as ToolError {
-            if error.message.isEmpty { Glibc.exit(error.code.rawValue) }
+            if error.message.isEmpty {
+                finishDiagnostics()
+                Glibc.exit(error.code.rawValue)
+            }
             exit(error.code, error.message)
         } catch {
             exit(.software, "\(error)")
         }
+        finishDiagnostics()
         Glibc.exit(0)
     }
 

@@ -11,6 +11,7 @@ struct Receive {
 
     func run() throws {
         let loop = EventLoop()
+        Tool.queueDiagnostics(on: loop)
         let client = try BlueZClient(loop: loop)
         let interrupted = InterruptWatch(loop: loop)
         try interrupted.guarding { try receive(client, interrupted) }

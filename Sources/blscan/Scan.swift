@@ -16,6 +16,7 @@ struct Scan {
 
     func run() throws {
         let loop = EventLoop()
+        Tool.queueDiagnostics(on: loop)
         let client = try BlueZClient(loop: loop)
         let interrupted = InterruptWatch(loop: loop)
         try interrupted.guarding { try scan(client, interrupted) }

@@ -29,6 +29,7 @@ struct Send {
 
     func run() throws {
         let loop = EventLoop()
+        Tool.queueDiagnostics(on: loop)
         let client = try BlueZClient(loop: loop)
         let interrupted = InterruptWatch(loop: loop)
         try interrupted.guarding { try send(client, interrupted) }
@@ -397,9 +398,11 @@ final class Progress {
     }
 
     private func draw(final: Bool) {
+        // An update behind one the terminal has not taken yet is already out of date.
+        if !final && Tool.stderrIsBehind { return }
         let elapsed = max(0.001, MonotonicClock.seconds() - started)
         let line = "\rsent \(Progress.size(Double(bytes))), \(Progress.size(Double(bytes) / elapsed))/s   " + (final ? "\n" : "")
-        try? FileIO.writeAll(2, line)
+        Tool.writeStderr(line)
     }
 
     static func size(_ bytes: Double) -> String {

@@ -248,6 +248,7 @@ extension Server {
             throw ToolError(.unavailable, "\(handler.name): command not found")
         }
         let loop = EventLoop()
+        Tool.queueDiagnostics(on: loop)
         let client = try BlueZClient(loop: loop)
         let adapter: Adapter
         do {

@@ -13,6 +13,7 @@ The seed client (seed-protocol.md, 000 client):
 """
 
 import asyncio
+import fcntl
 import hashlib
 import os
 import shutil
@@ -20,9 +21,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from benchlog import check, fail, log  # noqa: F401 (the tests import them from here too)
+
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ from Python 3.10
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -88,9 +92,13 @@ def remove_device(adapter, address):
 
 
 class Blserve:
-    """A running blserve (its stderr goes to a log file, shown on failure)."""
+    """A running blserve (its stderr goes to a log file, shown on failure).
 
-    def __init__(self, adapter, command, options=(), env=None, name="blserve-test"):
+    With stalled_log=True its stderr is instead a one-page pipe that is read until blserve says
+    it registered and then not at all until resume_log(): a log reader that has stopped reading
+    must not stop the server."""
+
+    def __init__(self, adapter, command, options=(), env=None, name="blserve-test", stalled_log=False):
         self.adapter = adapter
         bindir = build_dir()
         self.log_path = tempfile.mktemp(prefix="blserve-", suffix=".log")
@@ -101,8 +109,46 @@ class Blserve:
             full_env.update(env)
         argv = [os.path.join(bindir, "blserve"), "-v", "-a", adapter, "-n", name] + list(options) + ["--"] + list(command)
         log("starting:", " ".join(argv[1:]))
+        stderr = self.log_file
+        self._copier = None
+        if stalled_log:
+            read_end, stderr = os.pipe()
+            fcntl.fcntl(stderr, F_SETPIPE_SZ, 4096)
+            self._resume = threading.Event()
+            self._copier = threading.Thread(target=self._copy_log, args=(read_end,), daemon=True)
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=self.log_file, env=full_env, start_new_session=True)
+                                     stderr=stderr, env=full_env, start_new_session=True)
+        if self._copier:
+            os.close(stderr)
+            self._copier.start()
+
+    def _copy_log(self, fd):
+        """Copies blserve's stderr into the log file, pausing after the registration line."""
+        seen = b""
+        while True:
+            if b"registered on" in seen and not self._resume.is_set():
+                log("blserve's stderr is no longer read")
+                self._resume.wait()
+                seen = b""
+            data = os.read(fd, 65536)
+            if not data:
+                break
+            self.log_file.write(data)
+            self.log_file.flush()
+            seen = (seen + data)[-4096:]
+        os.close(fd)
+
+    def resume_log(self, timeout=30):
+        """Reads blserve's stderr again (stalled_log) and waits until what it queued has come."""
+        self._resume.set()
+        deadline = time.monotonic() + timeout
+        size = -1
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            now = os.path.getsize(self.log_path)
+            if now == size:
+                return
+            size = now
 
     def log_text(self):
         if not self.log_file.closed:
@@ -131,6 +177,8 @@ class Blserve:
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
         """Signal it and wait; returns the exit status."""
+        if self._copier:
+            self._resume.set()   # blserve writes what it queued before it exits
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
@@ -139,6 +187,8 @@ class Blserve:
                 self.proc.kill()
                 self.proc.wait(5)
                 fail("blserve did not stop within %ss of %s:\n%s" % (timeout, sig, self.log_text()))
+        if self._copier:
+            self._copier.join(10)
         self.log_file.close()
         return self.proc.returncode
 
