@@ -29,24 +29,32 @@ struct Scan {
         if let service { filter.uuids = [service] }
         filter.rssi = rssiMin
         let discovery = Discovery(client: client, adapter: adapter, filter: filter)
-        let out = OutputBuffer(fd: 1)
+        // Queued: a reader that stops reading does not stop the scan (nor D-Bus with it), and one
+        // that has gone (`blscan | head -1`) ends it at once, not at the next device.
+        let out = QueuedOutput(fd: 1, loop: loop)
+        defer { out.close() }
         var printed: Set<String> = []
         var waiting: [String: TimerToken] = [:]
         var found = 0
         var failure: ToolError?
         var done = false
 
+        func outputFailed(_ error: Errno) {
+            if error != .pipe && failure == nil { failure = ToolError(.ioError, "stdout: \(error)") }
+            done = true
+        }
+        out.onFailure = outputFailed
+
         func emit(_ device: DeviceInfo) {
             guard !done, !printed.contains(device.path) else { return }
             printed.insert(device.path)
             if let timer = waiting.removeValue(forKey: device.path) { loop.cancel(timer) }
             found += 1
+            out.write(Array((line(for: device) + "\n").utf8))
             do {
-                try out.write(line(for: device) + "\n")
                 try out.flush()
             } catch {
-                if error != .pipe { failure = ToolError(.ioError, "stdout: \(error)") }
-                done = true
+                outputFailed(error)
             }
             if first { done = true }
         }
@@ -75,6 +83,14 @@ struct Scan {
             // Time is up: print devices still waiting for a name.
             for path in waiting.keys.sorted() {
                 if let device = discovery.devices[path], matches(device) { emit(device) }
+            }
+        }
+        if interrupted.received == nil && failure == nil {
+            do {
+                try out.drain()
+            } catch {
+                if error == .interrupted { throw ToolError.quiet(.interrupted) }
+                outputFailed(error)
             }
         }
         if let failure { throw failure }
