@@ -9,7 +9,9 @@ import BLFrame
 
 /// Copies a characteristic's notifications to an output, as they arrive, and follows the seed
 /// protocol's read-pull replies: a notification that is exactly `N0000000` is followed by reads
-/// until a read returns an empty value, each value written in order.
+/// until a read returns an empty value, each value written in order. So is an empty
+/// notification that arrives while the bytes so far end inside a frame: blserve's way of saying
+/// that the rest of a pushed reply waits in the read queue (another central connected).
 ///
 /// It subscribes with AcquireNotify (one datagram per notification; a read does not show up as a
 /// notification), falling back to StartNotify where bluetoothd refuses the socket because another
@@ -21,12 +23,13 @@ import BLFrame
 /// the queue is full; only then does reading (and pulling) wait for the reader.
 public final class NotificationReceiver {
     public struct Options {
-        /// Follow `N0000000` with reads until empty.
+        /// Follow `N0000000` (and an empty notification inside a frame) with reads until empty.
         public var pull = true
         /// End at a notification equal to "EOM" (not written).
         public var eom = false
         /// End after this many replies. A reply is one notification, or a doorbell together with
-        /// the reads it triggered.
+        /// the reads it triggered (when they found something); in a stream of frames, a frame
+        /// (however many notifications it took; an empty notification is none).
         public var count: Int?
         /// End after this many seconds without a notification or read value, once armed.
         public var silence: Double?
@@ -59,6 +62,10 @@ public final class NotificationReceiver {
     private var silenceTimer: TimerToken?
     private var lastActivity = MonotonicClock.seconds()
     private var finished = false
+    /// Non-empty values read in the current pull.
+    private var pulledValues = 0
+    /// Where the output stands in the frame stream (only followed while it is frames).
+    private var frames = FrameBoundaries()
     private let datagram = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
 
     static let doorbell: [UInt8] = Array("N0000000".utf8)
@@ -221,9 +228,13 @@ public final class NotificationReceiver {
             return
         }
         write(value)
-        if options.pull && value == NotificationReceiver.doorbell {
+        if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && frames.isInsideFrame)) {
+            pulledValues = 0
             pull()
-        } else {
+        } else if !frames.isInsideFrame && !(value.isEmpty && frames.isFollowing) {
+            // In a stream of frames replies are frames: one notified in pieces (blserve --reply
+            // push) is counted at its end, and an empty notification (blserve announcing another
+            // central's reply tail) is none.
             countReply()
         }
     }
@@ -254,9 +265,12 @@ public final class NotificationReceiver {
                 // last one counted, finish() must not write them.
                 let held = self.held
                 self.held = []
-                self.countReply()
+                // A doorbell whose reads found nothing rang for another central (blserve rings
+                // every subscriber): no reply of ours.
+                if self.pulledValues > 0 { self.countReply() }
                 for value in held { self.notification(value) }
             case .success(let value):
+                self.pulledValues += 1
                 self.write(value)
                 self.pull()
             case .failure(let error):
@@ -279,6 +293,7 @@ public final class NotificationReceiver {
     private func write(_ value: [UInt8]) {
         guard !finished else { return }
         bytesReceived += value.count
+        if frames.isFollowing { frames.consume(value) }
         out.write(value)
     }
 

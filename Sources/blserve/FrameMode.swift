@@ -183,6 +183,7 @@ final class FrameMode: ServeMode {
             notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
                              divert: { [weak self, weak c] rest in
                                  guard let self, let c, !c.gone else { return }
+                                 self.server.debug("\(Server.centralName(c.device)): \(reply.count - rest.count) of \(reply.count) reply bytes notified, the rest waits to be read")
                                  c.replies.append(rest)
                                  if rest.count == reply.count {
                                      // Nothing of it was notified: ring as a pulled reply does.
