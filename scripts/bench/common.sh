@@ -39,6 +39,14 @@ alive() {
     [ -n "$state" ] && [ "$state" != Z ]
 }
 
+# btvirt_ended: how btvirt ended ("signal 11", "status 1"), from the status file that
+# guest-init's wrapper writes when btvirt exits; "unknown" without one.
+btvirt_ended() {
+    local code
+    code=$(cat "$BENCH_RUN/btvirt.status" 2>/dev/null) || { echo unknown; return; }
+    if [ "$code" -gt 128 ]; then echo "signal $((code - 128))"; else echo "status $code"; fi
+}
+
 # stop_pid PID SIGNAL SECONDS: send SIGNAL, wait up to SECONDS, then SIGKILL.
 stop_pid() {
     local pid=$1 sig=$2 limit=$3 i
