@@ -64,8 +64,9 @@ public final class NotificationReceiver {
     private var finished = false
     /// Non-empty values read in the current pull.
     private var pulledValues = 0
-    /// Where the output stands in the frame stream (only followed while it is frames).
-    private var frames = FrameBoundaries()
+    /// Follows the output as frames (bodies are not kept), to know whether it ends inside one;
+    /// nil once the output turned out not to be frames.
+    private var frames: FrameDecoder? = FrameDecoder()
     private let datagram = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
 
     static let doorbell: [UInt8] = Array("N0000000".utf8)
@@ -228,10 +229,10 @@ public final class NotificationReceiver {
             return
         }
         write(value)
-        if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && frames.isInsideFrame)) {
+        if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && isInsideFrame)) {
             pulledValues = 0
             pull()
-        } else if !frames.isInsideFrame && !(value.isEmpty && frames.isFollowing) {
+        } else if !isInsideFrame && !(value.isEmpty && frames != nil) {
             // In a stream of frames replies are frames: one notified in pieces (blserve --reply
             // push) is counted at its end, and an empty notification (blserve announcing another
             // central's reply tail) is none.
@@ -293,8 +294,22 @@ public final class NotificationReceiver {
     private func write(_ value: [UInt8]) {
         guard !finished else { return }
         bytesReceived += value.count
-        if frames.isFollowing { frames.consume(value) }
+        if frames != nil { followFrames(value) }
         out.write(value)
+    }
+
+    /// The output so far ends inside a frame (in its header or before the end of its body).
+    private var isInsideFrame: Bool { frames.map { !$0.isAtFrameBoundary } ?? false }
+
+    private func followFrames(_ value: [UInt8]) {
+        value.withUnsafeBytes { raw in
+            var input = raw
+            do {
+                while try frames?.next(&input) != nil {}
+            } catch {
+                frames = nil   // not frames: never "inside" one
+            }
+        }
     }
 
     /// Writes what stdout takes now; with the queue full, stops reading the socket until

@@ -196,6 +196,25 @@ final class FrameDecoderTests: XCTestCase {
         }
     }
 
+    /// isAtFrameBoundary is false exactly between frame boundaries, however the input is split
+    /// (blrecv reads a reply tail when an empty notification comes while it is false).
+    func testBoundaryAfterEveryPrefixAndSplit() throws {
+        let stream = bytes("T0000005helloN0000000I0000003abcU0000000")
+        let boundaries: Set<Int> = [0, 13, 21, 32, 40]
+        for cut in 0...stream.count {
+            for end in cut...stream.count {
+                var decoder = FrameDecoder()
+                for part in [stream[0..<cut], stream[cut..<end]] {
+                    try Array(part).withUnsafeBytes { raw in
+                        var input = raw
+                        while try decoder.next(&input) != nil {}
+                    }
+                }
+                XCTAssertEqual(decoder.isAtFrameBoundary, boundaries.contains(end), "cut \(cut), end \(end)")
+            }
+        }
+    }
+
     func testOffsetAndBoundaryTracking() throws {
         var decoder = FrameDecoder()
         XCTAssertTrue(decoder.isAtFrameBoundary)
