@@ -351,7 +351,7 @@ public final class NotificationReceiver {
 
     private func stdoutFailed(_ error: Errno) {
         // A reader that went away (| head) ends us cleanly.
-        finish(error == .pipe ? .success(()) : .failure(ToolError(.ioError, "stdout: \(error)")))
+        finish(ToolError.stdout(error).map { .failure($0) } ?? .success(()))
     }
 
     private func deviceDisconnected() {
@@ -386,13 +386,7 @@ public final class NotificationReceiver {
             try out.drain()
         } catch {
             // What was received did not all reach stdout: that is not a success.
-            if case .success = result {
-                if error == .interrupted {
-                    result = .failure(ToolError.quiet(.interrupted))
-                } else if error != .pipe {
-                    result = .failure(ToolError(.ioError, "stdout: \(error)"))
-                }
-            }
+            if case .success = result, let failure = ToolError.stdout(error) { result = .failure(failure) }
         }
         close()
         onFinish?(result)

@@ -39,4 +39,15 @@ public struct ToolError: Error, Sendable, CustomStringConvertible {
 
     /// Ends the tool with `code` and no message, e.g. 0 when the reader of stdout went away.
     public static func quiet(_ code: ExitCode) -> ToolError { ToolError(code, "") }
+
+    /// What a failed write to stdout ends a tool with: nil for EPIPE (its reader went away, as
+    /// in `cat | head`: a clean end), a quiet 130 for EINTR (``QueuedOutput/drain()`` gave up on
+    /// a pending SIGINT, SIGTERM or SIGHUP), otherwise 74 with "stdout: …".
+    public static func stdout(_ error: Errno) -> ToolError? {
+        switch error {
+        case .pipe: return nil
+        case .interrupted: return .quiet(.interrupted)
+        default: return ToolError(.ioError, "stdout: \(error)")
+        }
+    }
 }

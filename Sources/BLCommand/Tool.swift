@@ -128,7 +128,7 @@ public enum Tool {
         do {
             try FileIO.writeAll(1, text)
         } catch {
-            if error != .pipe { exit(.ioError, "stdout: \(error)") }
+            if let failure = ToolError.stdout(error) { exit(failure.code, failure.message) }
         }
     }
 }

@@ -196,7 +196,6 @@ struct Encoder {
 
     /// A reader that went away (EPIPE) ends the tool quietly with 0, like `cat | head`.
     static func outputError(_ error: Errno) -> Error {
-        if error == .pipe { return ToolError.quiet(.ok) }
-        return ToolError(.ioError, "stdout: \(error)")
+        ToolError.stdout(error) ?? ToolError.quiet(.ok)
     }
 }

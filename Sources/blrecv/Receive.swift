@@ -30,7 +30,7 @@ struct Receive {
             do {
                 try FileIO.writeAll(1, value)
             } catch {
-                if error != .pipe { throw ToolError(.ioError, "stdout: \(error)") }
+                if let failure = ToolError.stdout(error) { throw failure }
             }
             return
         }

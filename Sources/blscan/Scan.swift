@@ -40,7 +40,7 @@ struct Scan {
         var done = false
 
         func outputFailed(_ error: Errno) {
-            if error != .pipe && failure == nil { failure = ToolError(.ioError, "stdout: \(error)") }
+            if failure == nil { failure = ToolError.stdout(error) }
             done = true
         }
         out.onFailure = outputFailed
@@ -89,7 +89,6 @@ struct Scan {
             do {
                 try out.drain()
             } catch {
-                if error == .interrupted { throw ToolError.quiet(.interrupted) }
                 outputFailed(error)
             }
         }

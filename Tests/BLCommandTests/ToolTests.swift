@@ -26,4 +26,16 @@ final class ToolTests: XCTestCase {
         XCTAssertEqual(status & 0x7f, 0, "the child was killed by a signal")
         XCTAssertEqual((status >> 8) & 0xff, 0, "1: fd 0 not taken, 2: usable, 4: next open got 0-2")
     }
+
+    /// One rule for a failed write to stdout: a reader that left ends the tool cleanly, a drain
+    /// given up for a signal is a quiet 130, anything else is 74 with the error.
+    func testStdoutErrorMapping() {
+        XCTAssertNil(ToolError.stdout(.pipe))
+        let interrupted = ToolError.stdout(.interrupted)
+        XCTAssertEqual(interrupted?.code, .interrupted)
+        XCTAssertEqual(interrupted?.message, "")
+        let other = ToolError.stdout(Errno(ENOSPC))
+        XCTAssertEqual(other?.code, .ioError)
+        XCTAssertEqual(other?.message, "stdout: \(Errno(ENOSPC))")
+    }
 }
