@@ -36,19 +36,13 @@ public final class DiagnosticOutput {
     @discardableResult
     public func write(_ text: String) -> Bool {
         guard output.failure == nil else { return false }
-        let bytes = Array(text.utf8)
-        if droppedLines > 0 {
-            let note = Array(droppedNote().utf8)
-            guard fits(note.count + bytes.count) else {
-                droppedLines += 1
-                return false
-            }
-            output.write(note)
-            droppedLines = 0
-        } else if !fits(bytes.count) {
+        // Lines dropped before are reported first, so the note must fit as well.
+        let bytes = Array((droppedNote() + text).utf8)
+        guard output.queuedCount + bytes.count <= output.limit else {
             droppedLines += 1
             return false
         }
+        droppedLines = 0
         output.write(bytes)
         try? output.flush()
         return output.failure == nil
@@ -58,17 +52,15 @@ public final class DiagnosticOutput {
     /// words matter. Gives up when SIGINT, SIGTERM or SIGHUP is pending (see
     /// ``QueuedOutput/drain()``). Later writes go straight to the descriptor.
     public func finish() {
-        if droppedLines > 0, output.failure == nil {
-            output.write(Array(droppedNote().utf8))
-            droppedLines = 0
-        }
+        output.write(Array(droppedNote().utf8))
+        droppedLines = 0
         try? output.drain()
         output.close()
     }
 
-    private func fits(_ count: Int) -> Bool { output.queuedCount + count <= output.limit }
-
+    /// The line saying how many lines were dropped, or "" when none were.
     private func droppedNote() -> String {
-        "\(prefix)\(droppedLines) diagnostic line\(droppedLines == 1 ? "" : "s") dropped: stderr was not being read\n"
+        if droppedLines == 0 { return "" }
+        return "\(prefix)\(droppedLines) diagnostic line\(droppedLines == 1 ? "" : "s") dropped: stderr was not being read\n"
     }
 }
