@@ -9,12 +9,6 @@ final class DiagnosticOutputTests: XCTestCase {
         signal(SIGPIPE, SIG_IGN)
     }
 
-    private func makePipe() -> (read: Int32, write: Int32) {
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(pipe(&fds), 0)
-        return (fds[0], fds[1])
-    }
-
     /// Fills the pipe through a non-blocking description of its own, leaving `fd` blocking.
     private func fill(_ fd: Int32) -> Int {
         let own = open("/proc/self/fd/\(fd)", O_WRONLY | O_NONBLOCK)
@@ -48,7 +42,7 @@ final class DiagnosticOutputTests: XCTestCase {
     /// dropped whole and counted; once the reader reads, the loop writes what waited and the next
     /// line is preceded by the count of those dropped. No line arrives cut.
     func testStalledReaderDropsWholeLinesAndSaysHowMany() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r); close(w) }
         let filler = fill(w)
         XCTAssertGreaterThan(filler, 0)
@@ -85,7 +79,7 @@ final class DiagnosticOutputTests: XCTestCase {
 
     /// finish() waits for the reader to take what is queued, and reports lines still uncounted.
     func testFinishWritesWhatWaitsAndTheDroppedCount() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r) }
         let filler = fill(w)
         let loop = EventLoop()
@@ -93,28 +87,18 @@ final class DiagnosticOutputTests: XCTestCase {
         XCTAssertTrue(out.write(String(repeating: "a", count: 59) + "\n"))
         XCTAssertFalse(out.write(String(repeating: "b", count: 59) + "\n"))
 
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var got: [UInt8] = []
-        DispatchQueue.global().async {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { Glibc.read(r, $0.baseAddress, $0.count) }
-                if n <= 0 { break }
-                got += buffer[0..<n]
-            }
-            done.signal()
-        }
+        let (done, got) = collectUntilEOF(r)
         out.finish()
         close(w)
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        let text = String(decoding: got.dropFirst(filler), as: UTF8.self)
+        let text = String(decoding: got().dropFirst(filler), as: UTF8.self)
         XCTAssertEqual(text, String(repeating: "a", count: 59) + "\n"
             + "tool: 1 diagnostic line dropped: stderr was not being read\n")
     }
 
     /// A stderr whose reader has gone ends the diagnostics quietly (no SIGPIPE death, no error).
     func testReaderGoneEndsDiagnosticsQuietly() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(w) }
         close(r)
         let loop = EventLoop()

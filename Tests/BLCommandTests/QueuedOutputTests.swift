@@ -15,37 +15,15 @@ final class QueuedOutputTests: XCTestCase {
         init(_ out: QueuedOutput) { out.onFailure = { [weak self] in self?.list.append($0) } }
     }
 
-    private func makePipe() -> (read: Int32, write: Int32) {
-        var fds: [Int32] = [0, 0]
-        XCTAssertEqual(pipe(&fds), 0)
-        return (fds[0], fds[1])
-    }
-
     private static func pattern(_ count: Int, seed: Int = 0) -> [UInt8] {
         (0..<count).map { UInt8(truncatingIfNeeded: ($0 &+ seed) &* 31 &+ ($0 >> 9)) }
-    }
-
-    /// Reads `fd` until EOF on another thread.
-    private func collect(_ fd: Int32) -> (DispatchSemaphore, () -> [UInt8]) {
-        let done = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var got: [UInt8] = []
-        DispatchQueue.global().async {
-            var buffer = [UInt8](repeating: 0, count: 65536)
-            while true {
-                let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-                if n <= 0 { break }
-                got += buffer[0..<n]
-            }
-            done.signal()
-        }
-        return (done, { got })
     }
 
     /// A reader that is not reading does not stop the writer: a megabyte (16 pipes' worth) is
     /// accepted at once. When the reader reads part of it, the queue says it has room as soon as
     /// it is down to half (not only once empty); then every byte arrives, in order.
     func testStalledPipeReaderDoesNotBlockTheWriter() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         let payload = Self.pattern(1 << 20)
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop, limit: 512 * 1024)
@@ -167,7 +145,7 @@ final class QueuedOutputTests: XCTestCase {
 
     /// Whatever someone else set: a pipe already non-blocking is written as it is.
     func testPipeMadeNonBlockingBySomeoneElse() throws {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r); close(w) }
         try FileIO.setNonBlocking(w)
         let loop = EventLoop()
@@ -177,7 +155,7 @@ final class QueuedOutputTests: XCTestCase {
         out.write(payload)
         try out.flush()
         XCTAssertGreaterThan(out.queuedCount, 0)
-        let (done, got) = collect(r)
+        let (done, got) = collectUntilEOF(r)
         XCTAssertTrue(loop.run(until: { out.queuedCount == 0 }, timeout: 20))
         out.close()
         close(w)
@@ -187,7 +165,7 @@ final class QueuedOutputTests: XCTestCase {
 
     func testPathFollowsTheKindOfDescriptor() throws {
         let loop = EventLoop()
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r); close(w) }
         let fromPipe = QueuedOutput(fd: w, loop: loop)
         guard case .nonBlocking(let own) = fromPipe.path else { return XCTFail("pipe: \(fromPipe.path)") }
@@ -212,7 +190,7 @@ final class QueuedOutputTests: XCTestCase {
     /// drain() waits for the reader, but not past a pending SIGTERM: the loop holds such signals
     /// back, so without this a reader that never reads would make the tool deaf to them.
     func testDrainGivesUpWhenATerminationSignalIsPending() throws {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         // If drain() ignored the signal it would wait for ever: after 10 s a reader takes the
         // bytes, drain() succeeds, and the assertion below reports it.
         let watchdogStarted = DispatchSemaphore(value: 0)
@@ -257,7 +235,7 @@ final class QueuedOutputTests: XCTestCase {
     /// A pipe whose reader has gone is reported while nothing is queued (`blrecv | head` ends
     /// when head does, not at the next notification), as the EPIPE a write would get.
     func testReaderGoneIsReportedWhileIdle() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
@@ -277,7 +255,7 @@ final class QueuedOutputTests: XCTestCase {
 
     /// The reader leaving with bytes still queued is a failure of the queued write.
     func testReaderGoneWithBytesQueued() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
@@ -294,7 +272,7 @@ final class QueuedOutputTests: XCTestCase {
     /// A descriptor that cannot be written (stdout closed at start, then reserved read-only) is
     /// reported at once, not when the first notification comes.
     func testReadOnlyDescriptorFailsAtOnce() {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r); close(w) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: r, loop: loop)
@@ -324,7 +302,7 @@ final class QueuedOutputTests: XCTestCase {
 
     /// drain() waits for a slow reader and loses nothing.
     func testDrainWaitsForTheReader() throws {
-        let (r, w) = makePipe()
+        let (r, w) = makeBlockingPipe()
         defer { close(r) }
         let loop = EventLoop()
         let out = QueuedOutput(fd: w, loop: loop)
@@ -332,7 +310,7 @@ final class QueuedOutputTests: XCTestCase {
         out.write(payload)
         try out.flush()
         XCTAssertGreaterThan(out.queuedCount, 0)
-        let (done, got) = collect(r)
+        let (done, got) = collectUntilEOF(r)
         try out.drain()
         XCTAssertEqual(out.queuedCount, 0)
         XCTAssertEqual(out.bytesWritten, payload.count)
