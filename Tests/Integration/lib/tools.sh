@@ -46,6 +46,17 @@ background() {
     _pids+=("$BG_PID")
 }
 
+# start_blserve ARGS...: `blserve -v ARGS` in the background, stderr in $WORK/blserve.log and
+# its pid in $SERVER, waiting (at most 30 s) until it has registered. The log's tail is shown
+# when the test ends.
+start_blserve() {
+    background blserve -v "$@" 2>"$WORK/blserve.log"
+    SERVER=$BG_PID
+    for _ in $(seq 300); do grep -q 'registered on' "$WORK/blserve.log" && break; sleep 0.1; done
+    grep -q 'registered on' "$WORK/blserve.log" || { cat "$WORK/blserve.log"; fail "blserve did not register"; }
+    trap 'echo "---- blserve log (last 40 lines)"; tail -n 40 "$WORK/blserve.log"; cleanup' EXIT
+}
+
 # wait_subscribed ADAPTER ADDRESS CHAR_UUID: until a central on ADAPTER has subscribed to
 # the characteristic of ADDRESS (NotifyAcquired or Notifying), at most 30 s.
 wait_subscribed() {
