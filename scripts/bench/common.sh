@@ -86,13 +86,16 @@ power_on() {
 # start_bluetoothd: start bluetoothd with the bench config, log appended to
 # $BL_BENCH_OUT/bluetoothd.log; waits (bounded) until it owns org.bluez.
 start_bluetoothd() {
-    local log=$BL_BENCH_OUT/bluetoothd.log pid i
+    local log=$BL_BENCH_OUT/bluetoothd.log pid i debug=(-d) level=debug
+    # -d: debug log, unless BL_BENCH_BLUETOOTHD_DEBUG=0 (benchmarks: every line is a write to
+    # the host over 9p, two per ATT PDU, and that alone held the link to a third of its rate).
+    [ "${BL_BENCH_BLUETOOTHD_DEBUG:-1}" != 0 ] || { debug=(); level="no debug log"; }
     mkdir -p "$BENCH_RUN"
-    printf '=== blbench: bluetoothd starting at %s (uptime %s) ===\n' \
-        "$(date '+%H:%M:%S.%N' | cut -c1-12)" "$(cut -d' ' -f1 /proc/uptime)" >>"$log"
+    printf '=== blbench: bluetoothd starting at %s (uptime %s, %s) ===\n' \
+        "$(date '+%H:%M:%S.%N' | cut -c1-12)" "$(cut -d' ' -f1 /proc/uptime)" "$level" >>"$log"
     # setsid: its own session, so a test's timeout (which kills the test's process group)
-    # never takes bluetoothd down with it. -d: debug log. Not -E (see bluez-notes.md §9).
-    setsid "$BLUETOOTHD" -n -d -f "$BENCH_DIR/main.conf" </dev/null >>"$log" 2>&1 &
+    # never takes bluetoothd down with it. Not -E (see bluez-notes.md §9).
+    setsid "$BLUETOOTHD" -n "${debug[@]}" -f "$BENCH_DIR/main.conf" </dev/null >>"$log" 2>&1 &
     pid=$!
     echo "$pid" >"$BENCH_RUN/bluetoothd.pid"
     for ((i = 0; i < 200; i++)); do
