@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import BLCommand
 import BLDBus
 
@@ -98,21 +103,137 @@ public final class GattCharacteristic {
     public let servicePath: String
     /// The `Flags` property (bluez-notes §3.3).
     public let flags: [String]
-    /// True between `StartNotify` and `StopNotify` (bluetoothd calls them for the first and the
-    /// last subscribed central only, and without saying which central).
+    /// True between `StartNotify` and `StopNotify`, or while bluetoothd holds the notification
+    /// socket (bluetoothd calls them for the first and the last subscribed central only, and
+    /// without saying which central).
     public private(set) var notifying = false
+    /// Whether bluetoothd is offered a socket for this characteristic's notifications
+    /// (`NotifyAcquired` exported, so it calls `AcquireNotify` instead of `StartNotify`).
+    public let offersNotifySocket: Bool
 
     public var onRead: ((GattRequestOptions, IncomingCall) -> Void)?
     public var onWrite: ((_ value: [UInt8], GattRequestOptions, IncomingCall) -> Void)?
     public var onNotifyingChanged: ((Bool) -> Void)?
+    /// Called when the notification socket can take more after ``sendThroughSocket(_:)``
+    /// returned `.full`, or is gone.
+    public var onNotifySocketWritable: (() -> Void)?
 
     weak var tree: ExportedObjectTree?
+    /// Our end of the socket bluetoothd reads notifications from (AcquireNotify).
+    private var notifySocket: OwnedFD?
+    private var notifySocketWatch: WatchToken?
+    private weak var notifySocketLoop: EventLoop?
 
-    init(uuid: String, path: String, servicePath: String, flags: [String]) {
+    init(uuid: String, path: String, servicePath: String, flags: [String], offersNotifySocket: Bool = false) {
         self.uuid = uuid
         self.path = path
         self.servicePath = servicePath
         self.flags = flags
+        self.offersNotifySocket = offersNotifySocket && flags.contains("notify")
+    }
+
+    /// The largest message bluetoothd reads from the notification socket (5.66 `sock_io_read()`
+    /// reads into 512 bytes; a longer SEQPACKET message would be cut).
+    public static let socketNotificationLimit = 512
+
+    /// Whether notifications can go through bluetoothd's socket now.
+    public var hasNotifySocket: Bool { notifySocket != nil }
+
+    /// Bytes written to the notification socket that bluetoothd has not read yet (0 without one).
+    public var notifySocketBacklog: Int {
+        guard let fd = notifySocket?.rawValue else { return 0 }
+        var queued: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+    }
+
+    public enum SocketSend {
+        /// bluetoothd has it: one notification to every subscribed central, like ``notify(_:)``.
+        case sent
+        /// The socket is full; ``onNotifySocketWritable`` is called when it takes more.
+        case full
+        /// No socket (any more), or a value the socket cannot carry (empty, over 512 bytes).
+        case unavailable
+    }
+
+    /// Hands `value` to bluetoothd through the socket it acquired, as one notification to every
+    /// subscribed central (the same delivery as ``notify(_:)`` in BlueZ 5.66–5.75, bluez-notes
+    /// §3.8), without a D-Bus message. An empty value cannot go this way: bluetoothd takes an
+    /// empty message for end of file.
+    public func sendThroughSocket(_ value: [UInt8]) -> SocketSend {
+        guard let fd = notifySocket?.rawValue, !value.isEmpty, value.count <= Self.socketNotificationLimit else {
+            return .unavailable
+        }
+        while true {
+            let n = value.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            if n >= 0 { return .sent }
+            switch errno {
+            case EINTR:
+                continue
+            case EAGAIN, EWOULDBLOCK:
+                if let loop = notifySocketLoop, let notifySocketWatch { loop.setEvents(notifySocketWatch, [.readable, .writable]) }
+                return .full
+            default:
+                dropNotifySocket()
+                setNotifying(false)
+                return .unavailable
+            }
+        }
+    }
+
+    private func acquireNotify(_ call: IncomingCall) {
+        guard let loop = tree?.connection?.loop else {
+            call.fail(GattError.notSupported("Not exported"))
+            return
+        }
+        var fds: [Int32] = [-1, -1]
+        let type = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        guard socketpair(AF_UNIX, type, 0, &fds) == 0 else {
+            // Not Failed: with any other error bluetoothd falls back to StartNotify (bluez-notes §3.8).
+            call.fail(GattError.notSupported("socketpair: \(Errno.current)"))
+            return
+        }
+        let ours = OwnedFD(taking: fds[0])
+        let theirs = OwnedFD(taking: fds[1])
+        let mtu = GattRequestOptions(call.arguments.first).mtu
+        guard call.reply([.unixFD(theirs), .uint16(UInt16(clamping: mtu))]) else { return }
+        // The reply holds its own duplicate; ours must go, or bluetoothd's end never sees EOF.
+        theirs.close()
+        // A second call while one socket is held (5.66 asks again when a central subscribes
+        // while the first call is under way): the new socket replaces the old one.
+        dropNotifySocket()
+        notifySocket = ours
+        notifySocketLoop = loop
+        notifySocketWatch = loop.watch(fd: ours.rawValue, events: .readable) { [weak self] events in
+            self?.notifySocketEvent(events)
+        }
+        setNotifying(true)
+    }
+
+    private func notifySocketEvent(_ events: IOEvents) {
+        guard let fd = notifySocket?.rawValue else { return }
+        if events.contains(.writable) {
+            if let loop = notifySocketLoop, let notifySocketWatch { loop.setEvents(notifySocketWatch, .readable) }
+            onNotifySocketWritable?()
+        }
+        guard events.contains(.readable) || events.contains(.hangup) || events.contains(.error) else { return }
+        // bluetoothd writes nothing here for notifications (5.80+ writes a byte per confirmed
+        // indication); end of file or an error means the last central unsubscribed or
+        // bluetoothd went away.
+        var byte: UInt8 = 0
+        let n = recv(fd, &byte, 1, Int32(MSG_DONTWAIT))
+        if n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            if !events.contains(.hangup) && !events.contains(.error) { return }
+        }
+        dropNotifySocket()
+        setNotifying(false)
+    }
+
+    private func dropNotifySocket() {
+        guard notifySocket != nil else { return }
+        if let notifySocketWatch, let loop = notifySocketLoop { loop.remove(notifySocketWatch) }
+        notifySocketWatch = nil
+        notifySocket = nil
+        onNotifySocketWritable?()
     }
 
     /// Sends `value` as a notification (or indication) to every subscribed central: a
@@ -129,7 +250,7 @@ public final class GattCharacteristic {
     }
 
     func makeInterface(accept: @escaping (IncomingCall) -> Bool) -> ExportedInterface {
-        ExportedInterface(BlueZ.gattCharacteristicInterface)
+        let interface = ExportedInterface(BlueZ.gattCharacteristicInterface)
             .property("UUID") { [uuid] in .string(uuid) }
             .property("Service") { [servicePath] in .objectPath(servicePath) }
             .property("Flags") { [flags] in .stringArray(flags) }
@@ -158,16 +279,32 @@ public final class GattCharacteristic {
             .method("StopNotify", inSignature: "", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }
                 call.reply([])
+                self?.dropNotifySocket()
                 self?.setNotifying(false)
             }
             .method("Confirm", inSignature: "", outSignature: "") { call in
                 call.reply([])
             }
+        if offersNotifySocket {
+            // Its presence alone makes bluetoothd call AcquireNotify (bluez-notes §3.8).
+            interface
+                .property("NotifyAcquired") { [weak self] in .bool(self?.notifySocket != nil) }
+                .method("AcquireNotify", inSignature: "a{sv}", outSignature: "hq") { [weak self] call in
+                    guard accept(call) else { return }
+                    guard let self else {
+                        call.fail(GattError.notSupported("Gone"))
+                        return
+                    }
+                    self.acquireNotify(call)
+                }
+        }
+        return interface
     }
 
     /// Records the subscription state; also used when bluetoothd goes away (its subscriptions go
     /// with it).
     func setNotifying(_ on: Bool) {
+        if !on { dropNotifySocket() }
         if notifying == on { return }
         notifying = on
         onNotifyingChanged?(on)
@@ -199,14 +336,18 @@ public final class GattApplication {
     /// - Parameters:
     ///   - root: the application's object path (the ObjectManager); services go below it.
     ///   - characteristics: UUID and `Flags` of each characteristic, in order.
-    public init(root: String = "/org/blpipe/gatt", serviceUUID: String, characteristics: [(uuid: String, flags: [String])]) {
+    ///   - notifySockets: offer bluetoothd a socket for the notifications of each characteristic
+    ///     that has `notify` (see ``GattCharacteristic/sendThroughSocket(_:)``).
+    public init(root: String = "/org/blpipe/gatt", serviceUUID: String, characteristics: [(uuid: String, flags: [String])],
+                notifySockets: Bool = false) {
         self.root = root
         self.serviceUUID = serviceUUID
         servicePath = root + "/service0"
         tree = ExportedObjectTree(root: root)
         var made: [GattCharacteristic] = []
         for (i, c) in characteristics.enumerated() {
-            made.append(GattCharacteristic(uuid: c.uuid, path: servicePath + "/char\(i)", servicePath: servicePath, flags: c.flags))
+            made.append(GattCharacteristic(uuid: c.uuid, path: servicePath + "/char\(i)", servicePath: servicePath, flags: c.flags,
+                                           offersNotifySocket: notifySockets))
         }
         self.characteristics = made
 

@@ -4,12 +4,17 @@ import BLDBus
 
 /// Sends notifications with flow control.
 ///
-/// Each notification is a `PropertiesChanged(Value)` signal to bluetoothd. Nothing in BlueZ
-/// drops them, but nothing pushes back either, so the notifier keeps at most ``window`` of them
-/// unconfirmed: after that many it sends `org.freedesktop.DBus.Peer.Ping` to bluetoothd and waits
-/// for the answer, which comes only once bluetoothd has read everything sent before it (the bus
-/// keeps one sender's messages in order). Data waits in the notifier's queue meanwhile; its
-/// producers (a handler's stdout) check ``pendingBytes`` and stop reading while it is high.
+/// A notification goes through the socket bluetoothd acquired for the characteristic when there
+/// is one (raw and stream modes offer it): one message each, and a full socket holds the
+/// notifier back until bluetoothd has read more. Otherwise, and always for an empty value, it is
+/// a `PropertiesChanged(Value)` signal. Nothing in BlueZ drops signals, but nothing pushes back
+/// either, so the notifier keeps at most ``window`` of them unconfirmed: after that many it sends
+/// `org.freedesktop.DBus.Peer.Ping` to bluetoothd and waits for the answer, which comes only once
+/// bluetoothd has read everything sent before it (the bus keeps one sender's messages in order).
+/// The two ways keep their order: a signal waits until bluetoothd has read everything from the
+/// socket, and the socket waits after a signal until a Ping is answered. Data waits in the
+/// notifier's queue meanwhile; its producers (a handler's stdout) check ``pendingBytes`` and stop
+/// reading while it is high.
 ///
 /// A job aimed at one central is sent only while `canPush(target)` holds (5.66 delivers every
 /// notification to every subscriber, bluez-notes §3.8); when it stops holding, the rest of the
@@ -42,6 +47,12 @@ final class Notifier {
     private var jobs: [Job] = []
     private var sentSincePing = 0
     private var pinging = false
+    /// A signal went to bluetoothd after which the socket was used: not yet confirmed by a Ping.
+    private var signalUnconfirmed = false
+    /// The socket was full; its watch calls back when it takes more.
+    private var waitingForSocket = false
+    /// A signal waits until bluetoothd has read what was written to the socket before it.
+    private var waitingForBacklog = false
     private var pumpScheduled = false
     private(set) var pendingBytes = 0
     private(set) var sentCount = 0
@@ -53,6 +64,11 @@ final class Notifier {
         self.characteristic = characteristic
         self.bus = bus
         self.window = window
+        characteristic.onNotifySocketWritable = { [weak self] in
+            guard let self, self.waitingForSocket else { return }
+            self.waitingForSocket = false
+            self.schedulePump()
+        }
     }
 
     var isIdle: Bool { jobs.isEmpty }
@@ -89,12 +105,15 @@ final class Notifier {
         pendingBytes = 0
         sentSincePing = 0
         pinging = false
+        signalUnconfirmed = false
+        waitingForSocket = false
+        waitingForBacklog = false
         generation += 1
         checkDrain()
     }
 
     private func schedulePump() {
-        if pumpScheduled || pinging { return }
+        if pumpScheduled || pinging || waitingForSocket || waitingForBacklog { return }
         pumpScheduled = true
         bus.loop.callSoon { [weak self] in
             guard let self else { return }
@@ -104,11 +123,7 @@ final class Notifier {
     }
 
     private func pump() {
-        while !pinging, !jobs.isEmpty {
-            if sentSincePing >= window {
-                ping()
-                return
-            }
+        while !pinging, !waitingForSocket, !waitingForBacklog, !jobs.isEmpty {
             var job = jobs[0]
             if let target = job.target, !canPush(target) {
                 jobs.removeFirst()
@@ -125,15 +140,40 @@ final class Notifier {
                 job.done?()
                 continue
             }
-            do {
-                try characteristic.notify(value)
-            } catch {
-                // Not exported any more (shutting down): nothing can be sent.
-                reset()
-                return
+            if !value.isEmpty && value.count <= GattCharacteristic.socketNotificationLimit && characteristic.hasNotifySocket {
+                if signalUnconfirmed {
+                    ping()
+                    return
+                }
+                switch characteristic.sendThroughSocket(value) {
+                case .sent:
+                    break
+                case .full:
+                    waitingForSocket = true
+                    return
+                case .unavailable:
+                    continue  // the socket is gone: this value goes as a signal
+                }
+            } else {
+                if sentSincePing >= window {
+                    ping()
+                    return
+                }
+                if characteristic.notifySocketBacklog > 0 {
+                    waitForBacklog()
+                    return
+                }
+                do {
+                    try characteristic.notify(value)
+                } catch {
+                    // Not exported any more (shutting down): nothing can be sent.
+                    reset()
+                    return
+                }
+                sentSincePing += 1
+                if characteristic.hasNotifySocket { signalUnconfirmed = true }
             }
             sentCount += 1
-            sentSincePing += 1
             onSent?(value)
             pendingBytes -= value.count
             job.position = end
@@ -148,9 +188,21 @@ final class Notifier {
         checkDrain()
     }
 
+    /// Polls until bluetoothd has read everything written to the socket (a few notifications'
+    /// worth at most: a full socket already holds the notifier back).
+    private func waitForBacklog() {
+        waitingForBacklog = true
+        let gen = generation
+        bus.loop.schedule(after: 0.002) { [weak self] in
+            guard let self, gen == self.generation, self.waitingForBacklog else { return }
+            self.waitingForBacklog = false
+            self.pump()
+        }
+    }
+
     /// Calls `completion` once everything queued has been sent and bluetoothd has read it.
     func flush(_ completion: @escaping () -> Void) {
-        if !jobs.isEmpty || pinging {
+        if !jobs.isEmpty || pinging || characteristic.notifySocketBacklog > 0 {
             bus.loop.schedule(after: 0.05) { [weak self] in self?.flush(completion) }
             return
         }
@@ -167,6 +219,7 @@ final class Notifier {
             if case .failure(let error) = result { self.log?("flow control: Ping to bluetoothd: \(error.oneLine)") }
             self.pinging = false
             self.sentSincePing = 0
+            self.signalUnconfirmed = false
             self.pump()
         }
     }

@@ -62,8 +62,10 @@ final class Server {
             characteristics = characteristics.map { c in (c.uuid, c.flags.filter { !$0.contains("write") }) }
             if config.nus { characteristics = [characteristics[1]] }
         }
+        // Raw and stream modes notify in bulk: through a socket bluetoothd reads, not a D-Bus
+        // signal per notification. Frame mode keeps signals (its replies are short).
         application = GattApplication(root: "/org/blpipe/blserve", serviceUUID: config.serviceUUID,
-                                      characteristics: characteristics)
+                                      characteristics: characteristics, notifySockets: config.mode != .frame)
         let name = config.name ?? LEAdvertisement.defaultLocalName()
         let advertisement = LEAdvertisement(path: "/org/blpipe/blserve_advertisement", serviceUUIDs: [config.serviceUUID],
                                             localName: name)

@@ -1,4 +1,7 @@
 import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
 import BLBlueZ
 import BLCommand
 import BLDBus
@@ -64,6 +67,7 @@ final class FakeBluetoothd {
     /// Simulates a bluetoothd restart: the old connection (and with it every registration) goes,
     /// a new one takes org.bluez.
     func restart() throws {
+        for path in Array(notifySockets.keys) { closeNotifySocket(path) }
         connection.close()
         connection = nil
         applications.removeAll()
@@ -152,14 +156,57 @@ final class FakeBluetoothd {
         return out
     }
 
-    func startNotify(path: String = charPath) throws {
-        _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
-                                       member: "StartNotify", timeout: 5)
+    /// Sockets from AcquireNotify, by characteristic path, and their watches.
+    private var notifySockets: [String: (fd: OwnedFD, watch: WatchToken)] = [:]
+    /// How many notifications arrived through a socket rather than as signals.
+    private(set) var socketNotifications = 0
+
+    /// The first subscription, as BlueZ 5.66 makes it: AcquireNotify when the characteristic
+    /// exports NotifyAcquired (then every message read from the socket is a notification, read
+    /// one per turn of the loop as bluetoothd does), else StartNotify.
+    func startNotify(path: String = charPath, device: String = FakeBluetoothd.device(1), mtu: Int = 185) throws {
+        let exported = applications.values.contains { $0[path]?[BlueZ.gattCharacteristicInterface]?["NotifyAcquired"] != nil }
+        guard exported else {
+            _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                           member: "StartNotify", timeout: 5)
+            return
+        }
+        let reply = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                               member: "AcquireNotify", args: [options(device, mtu: mtu, offset: 0)], timeout: 5)
+        guard case .unixFD(let fd)? = reply.first else { throw DBusError.failed("AcquireNotify gave no fd") }
+        let raw = fd.rawValue
+        let watch = loop.watch(fd: raw, events: .readable) { [unowned self] _ in
+            var buffer = [UInt8](repeating: 0, count: 512)
+            let n = recv(raw, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+            if n > 0 {
+                self.notifications.append(Array(buffer[..<n]))
+                self.socketNotifications += 1
+            } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
+                self.closeNotifySocket(path)
+            }
+        }
+        notifySockets[path] = (fd, watch)
     }
 
+    /// The last subscription ends: the socket is closed (5.66 `ccc_write_cb()`), or StopNotify.
     func stopNotify(path: String = charPath) throws {
+        if notifySockets[path] != nil {
+            closeNotifySocket(path)
+            return
+        }
         _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
                                        member: "StopNotify", timeout: 5)
+    }
+
+    /// Stops (or resumes) reading the notification sockets, as a busy bluetoothd would.
+    func pauseSocketReads(_ paused: Bool) {
+        for socket in notifySockets.values { loop.setEvents(socket.watch, paused ? [] : .readable) }
+    }
+
+    private func closeNotifySocket(_ path: String) {
+        guard let socket = notifySockets.removeValue(forKey: path) else { return }
+        loop.remove(socket.watch)
+        socket.fd.close()
     }
 
     /// Emits Device1.Connected for `device`, as bluetoothd does when a central connects.

@@ -306,6 +306,7 @@ final class ServerBusTests: XCTestCase {
         ok(bluez.write(Array("to A ".utf8), from: a))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 1 }, timeout: 5))
         XCTAssertEqual(bluez.notifications, [Array("to A ".utf8)])
+        XCTAssertEqual(bluez.socketNotifications, 1, "raw mode notifies through AcquireNotify's socket")
         // With two centrals connected, output waits in each one's read queue (empty doorbell).
         try bluez.setConnected(b, true)
         bluez.clearNotifications()
@@ -351,6 +352,51 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(received == data)
     }
 
+    /// Raw mode's output goes through the notification socket, in order, as fast as bluetoothd
+    /// reads it; an empty notification (the doorbell when a second central connects) is a signal
+    /// and must not overtake what the socket still holds; when bluetoothd closes the socket (the
+    /// last central unsubscribed), output waits in the central's read queue.
+    func testRawModeNotifiesThroughTheSocketInOrder() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify(mtu: 517)
+        try bluez.setConnected(a, true)
+        XCTAssertTrue(server.notifyCharacteristic.hasNotifySocket)
+        let data = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 8) }
+        for start in stride(from: 0, to: data.count, by: 510) {
+            ok(bluez.write(Array(data[start..<min(start + 510, data.count)]), from: a, mtu: 517))
+        }
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.reduce(0) { $0 + $1.count } >= data.count }, timeout: 20))
+        XCTAssertTrue(Array(bluez.notifications.joined()) == data)
+        XCTAssertEqual(bluez.socketNotifications, bluez.notifications.count)
+        XCTAssertTrue(bluez.notifications.allSatisfy { $0.count <= GattCharacteristic.socketNotificationLimit && $0.count <= 512 })
+
+        // A second central: what comes next waits in A's read queue, announced by an empty
+        // notification (a signal), which must not overtake what bluetoothd has not yet read from
+        // the socket.
+        bluez.clearNotifications()
+        bluez.pauseSocketReads(true)
+        ok(bluez.write(Array(repeating: 0x61, count: 400), from: a, mtu: 517))
+        XCTAssertTrue(loop.run(until: { self.server.notifyCharacteristic.notifySocketBacklog > 0 }, timeout: 5))
+        try bluez.setConnected(b, true)
+        ok(bluez.write(Array("tail".utf8), from: a, mtu: 517))
+        settle(0.5)
+        XCTAssertEqual(bluez.notifications, [], "a signal overtook the socket")
+        bluez.pauseSocketReads(false)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [Array(repeating: 0x61, count: 400), []])
+        XCTAssertEqual(reply(for: a, bytes: 4, mtu: 517), "tail")
+
+        // The last central unsubscribes: bluetoothd closes the socket; output goes to reads.
+        try bluez.setConnected(b, false)
+        try bluez.stopNotify()
+        XCTAssertTrue(loop.run(until: { !self.server.notifyCharacteristic.notifying }, timeout: 5))
+        XCTAssertFalse(server.notifyCharacteristic.hasNotifySocket)
+        let throughSocket = bluez.socketNotifications
+        ok(bluez.write(Array("after".utf8), from: a, mtu: 517))
+        XCTAssertEqual(reply(for: a, bytes: 5, mtu: 517), "after")
+        XCTAssertEqual(bluez.socketNotifications, throughSocket)
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
@@ -359,6 +405,7 @@ final class ServerBusTests: XCTestCase {
         _ = loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5)
         XCTAssertEqual(bluez.notifications.map { String(decoding: $0, as: UTF8.self) },
                        ["abcdefghijklmnopqrst", "uvwxyz0123456789", "EOM"])
+        XCTAssertEqual(bluez.socketNotifications, 3, "stream mode notifies through AcquireNotify's socket")
         _ = loop.run(until: { self.server.stopping }, timeout: 5)
         XCTAssertTrue(server.stopping, "blserve did not end after the stream")
     }
