@@ -103,25 +103,32 @@ public final class GattCharacteristic {
     public let servicePath: String
     /// The `Flags` property (bluez-notes §3.3).
     public let flags: [String]
-    /// True between `StartNotify` and `StopNotify`, or while bluetoothd holds the notification
+    /// True between `StartNotify` and `StopNotify`, or while bluetoothd holds a notification
     /// socket (bluetoothd calls them for the first and the last subscribed central only, and
     /// without saying which central).
-    public private(set) var notifying = false
-    /// Whether bluetoothd is offered a socket for this characteristic's notifications
+    public var notifying: Bool { startNotified || !notifySockets.isEmpty }
+    /// Whether bluetoothd is offered sockets for this characteristic's notifications
     /// (`NotifyAcquired` exported, so it calls `AcquireNotify` instead of `StartNotify`).
     public let offersNotifySocket: Bool
 
     public var onRead: ((GattRequestOptions, IncomingCall) -> Void)?
     public var onWrite: ((_ value: [UInt8], GattRequestOptions, IncomingCall) -> Void)?
     public var onNotifyingChanged: ((Bool) -> Void)?
-    /// Called when the notification socket can take more after ``sendThroughSocket(_:)``
-    /// returned `.full`, or is gone.
+    /// Called when a notification socket can take more after ``sendThroughSocket(_:to:)``
+    /// returned `.full`, or when one is gone.
     public var onNotifySocketWritable: (() -> Void)?
 
     weak var tree: ExportedObjectTree?
-    /// Our end of the socket bluetoothd reads notifications from (AcquireNotify).
-    private var notifySocket: OwnedFD?
-    private var notifySocketWatch: WatchToken?
+    private var startNotified = false
+
+    /// Our end of a socket bluetoothd reads notifications from (AcquireNotify).
+    private final class NotifySocket {
+        let fd: OwnedFD
+        var watch: WatchToken?
+        init(fd: OwnedFD) { self.fd = fd }
+    }
+    /// By the device object path bluetoothd named in AcquireNotify ("" if none).
+    private var notifySockets: [String: NotifySocket] = [:]
     private weak var notifySocketLoop: EventLoop?
 
     init(uuid: String, path: String, servicePath: String, flags: [String], offersNotifySocket: Bool = false) {
@@ -132,49 +139,52 @@ public final class GattCharacteristic {
         self.offersNotifySocket = offersNotifySocket && flags.contains("notify")
     }
 
-    /// The largest message bluetoothd reads from the notification socket (5.66 `sock_io_read()`
+    /// The largest message bluetoothd reads from a notification socket (5.66 `sock_io_read()`
     /// reads into 512 bytes; a longer SEQPACKET message would be cut).
     public static let socketNotificationLimit = 512
 
-    /// Whether notifications can go through bluetoothd's socket now.
-    public var hasNotifySocket: Bool { notifySocket != nil }
+    /// The centrals (device object paths) whose AcquireNotify sockets are held.
+    public var notifySocketCentrals: [String] { Array(notifySockets.keys) }
 
-    /// Bytes written to the notification socket that bluetoothd has not read yet (0 without one).
+    /// Bytes written to the notification sockets that bluetoothd has not read yet.
     public var notifySocketBacklog: Int {
-        guard let fd = notifySocket?.rawValue else { return 0 }
-        var queued: Int32 = 0
-        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+        notifySockets.values.reduce(0) { sum, socket in
+            var queued: Int32 = 0
+            return sum + (ioctl(socket.fd.rawValue, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0)
+        }
     }
 
     public enum SocketSend {
-        /// bluetoothd has it: one notification to every subscribed central, like ``notify(_:)``.
+        /// bluetoothd has it.
         case sent
         /// The socket is full; ``onNotifySocketWritable`` is called when it takes more.
         case full
-        /// No socket (any more), or a value the socket cannot carry (empty, over 512 bytes).
+        /// No socket for that central (any more), or a value a socket cannot carry (empty,
+        /// over 512 bytes).
         case unavailable
     }
 
-    /// Hands `value` to bluetoothd through the socket it acquired, as one notification to every
-    /// subscribed central (the same delivery as ``notify(_:)`` in BlueZ 5.66–5.75, bluez-notes
-    /// §3.8), without a D-Bus message. An empty value cannot go this way: bluetoothd takes an
-    /// empty message for end of file.
-    public func sendThroughSocket(_ value: [UInt8]) -> SocketSend {
-        guard let fd = notifySocket?.rawValue, !value.isEmpty, value.count <= Self.socketNotificationLimit else {
+    /// Hands `value` to bluetoothd through the socket it acquired when `central` (a device object
+    /// path) subscribed,
+    /// without a D-Bus message. Who gets it depends on the BlueZ version (bluez-notes §3.8):
+    /// up to 5.75 every subscribed central, like ``notify(_:)``; from 5.76 `central` only. So
+    /// it reaches exactly `central` when that is the only central connected. An empty value
+    /// cannot go this way: bluetoothd takes an empty message for end of file.
+    public func sendThroughSocket(_ value: [UInt8], to central: String) -> SocketSend {
+        guard let socket = notifySockets[central], !value.isEmpty, value.count <= Self.socketNotificationLimit else {
             return .unavailable
         }
         while true {
-            let n = value.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+            let n = value.withUnsafeBytes { send(socket.fd.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
             if n >= 0 { return .sent }
             switch errno {
             case EINTR:
                 continue
             case EAGAIN, EWOULDBLOCK:
-                if let loop = notifySocketLoop, let notifySocketWatch { loop.setEvents(notifySocketWatch, [.readable, .writable]) }
+                if let loop = notifySocketLoop, let watch = socket.watch { loop.setEvents(watch, [.readable, .writable]) }
                 return .full
             default:
-                dropNotifySocket()
-                setNotifying(false)
+                dropNotifySocket(central)
                 return .unavailable
             }
         }
@@ -192,54 +202,58 @@ public final class GattCharacteristic {
             call.fail(GattError.notSupported("socketpair: \(Errno.current)"))
             return
         }
-        let ours = OwnedFD(taking: fds[0])
+        let ours = NotifySocket(fd: OwnedFD(taking: fds[0]))
         let theirs = OwnedFD(taking: fds[1])
-        let mtu = GattRequestOptions(call.arguments.first).mtu
-        guard call.reply([.unixFD(theirs), .uint16(UInt16(clamping: mtu))]) else { return }
+        let options = GattRequestOptions(call.arguments.first)
+        guard call.reply([.unixFD(theirs), .uint16(UInt16(clamping: options.mtu))]) else { return }
         // The reply holds its own duplicate; ours must go, or bluetoothd's end never sees EOF.
         theirs.close()
-        // A second call while one socket is held (5.66 asks again when a central subscribes
-        // while the first call is under way): the new socket replaces the old one.
-        dropNotifySocket()
-        notifySocket = ours
+        let central = options.device ?? ""
+        let was = notifying
+        // Asked again for the same central: the new socket replaces the old one.
+        dropNotifySocket(central, announce: false)
+        notifySockets[central] = ours
         notifySocketLoop = loop
-        notifySocketWatch = loop.watch(fd: ours.rawValue, events: .readable) { [weak self] events in
-            self?.notifySocketEvent(events)
+        let raw = ours.fd.rawValue
+        ours.watch = loop.watch(fd: raw, events: .readable) { [weak self] events in
+            self?.notifySocketEvent(central, fd: raw, events)
         }
-        setNotifying(true)
+        if !was { onNotifyingChanged?(true) }
     }
 
-    private func notifySocketEvent(_ events: IOEvents) {
-        guard let fd = notifySocket?.rawValue else { return }
+    private func notifySocketEvent(_ central: String, fd: Int32, _ events: IOEvents) {
+        guard let socket = notifySockets[central], socket.fd.rawValue == fd else { return }
         if events.contains(.writable) {
-            if let loop = notifySocketLoop, let notifySocketWatch { loop.setEvents(notifySocketWatch, .readable) }
+            if let loop = notifySocketLoop, let watch = socket.watch { loop.setEvents(watch, .readable) }
             onNotifySocketWritable?()
         }
         guard events.contains(.readable) || events.contains(.hangup) || events.contains(.error) else { return }
         // bluetoothd writes nothing here for notifications (5.80+ writes a byte per confirmed
-        // indication); end of file or an error means the last central unsubscribed or
-        // bluetoothd went away.
+        // indication); end of file or an error means that subscription ended (the central
+        // unsubscribed or left) or bluetoothd went away.
         var byte: UInt8 = 0
         let n = recv(fd, &byte, 1, Int32(MSG_DONTWAIT))
         if n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             if !events.contains(.hangup) && !events.contains(.error) { return }
         }
-        dropNotifySocket()
-        setNotifying(false)
+        dropNotifySocket(central)
     }
 
-    private func dropNotifySocket() {
-        guard notifySocket != nil else { return }
-        if let notifySocketWatch, let loop = notifySocketLoop { loop.remove(notifySocketWatch) }
-        notifySocketWatch = nil
-        notifySocket = nil
+    private func dropNotifySocket(_ central: String, announce: Bool = true) {
+        guard let socket = notifySockets.removeValue(forKey: central) else { return }
+        if let watch = socket.watch, let loop = notifySocketLoop { loop.remove(watch) }
         onNotifySocketWritable?()
+        if announce && !notifying { onNotifyingChanged?(false) }
+    }
+
+    private func dropNotifySockets() {
+        for central in Array(notifySockets.keys) { dropNotifySocket(central, announce: false) }
     }
 
     /// Sends `value` as a notification (or indication) to every subscribed central: a
     /// `PropertiesChanged` of `Value` on this object, which bluetoothd turns into ATT
     /// notifications, cut to MTU-3 (MTU-5 towards BlueZ centrals) and to 512 bytes. An empty
-    /// value gives an empty notification. BlueZ 5.66 cannot address one central this way
+    /// value gives an empty notification. BlueZ cannot address one central this way
     /// (bluez-notes §3.8).
     ///
     /// The corresponding BlueZ mechanism is `PropertiesChanged` on `GattCharacteristic1.Value`.
@@ -279,7 +293,6 @@ public final class GattCharacteristic {
             .method("StopNotify", inSignature: "", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }
                 call.reply([])
-                self?.dropNotifySocket()
                 self?.setNotifying(false)
             }
             .method("Confirm", inSignature: "", outSignature: "") { call in
@@ -288,7 +301,7 @@ public final class GattCharacteristic {
         if offersNotifySocket {
             // Its presence alone makes bluetoothd call AcquireNotify (bluez-notes §3.8).
             interface
-                .property("NotifyAcquired") { [weak self] in .bool(self?.notifySocket != nil) }
+                .property("NotifyAcquired") { [weak self] in .bool(!(self?.notifySockets.isEmpty ?? true)) }
                 .method("AcquireNotify", inSignature: "a{sv}", outSignature: "hq") { [weak self] call in
                     guard accept(call) else { return }
                     guard let self else {
@@ -304,10 +317,10 @@ public final class GattCharacteristic {
     /// Records the subscription state; also used when bluetoothd goes away (its subscriptions go
     /// with it).
     func setNotifying(_ on: Bool) {
-        if !on { dropNotifySocket() }
-        if notifying == on { return }
-        notifying = on
-        onNotifyingChanged?(on)
+        let was = notifying
+        startNotified = on
+        if !on { dropNotifySockets() }
+        if notifying != was { onNotifyingChanged?(notifying) }
     }
 }
 

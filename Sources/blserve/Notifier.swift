@@ -37,6 +37,8 @@ final class Notifier {
     let window: Int
     /// Whether a notification now would reach only `target`.
     var canPush: (String) -> Bool = { _ in false }
+    /// The only central connected, if exactly one is (a device object path).
+    var soleCentral: () -> String? = { nil }
     /// Called when ``pendingBytes`` has dropped below ``lowWater`` after being above it.
     var onDrain: (() -> Void)?
     /// Called with every value sent (stream mode answers reads with the last one).
@@ -140,12 +142,12 @@ final class Notifier {
                 job.done?()
                 continue
             }
-            if !value.isEmpty && value.count <= GattCharacteristic.socketNotificationLimit && characteristic.hasNotifySocket {
+            if !value.isEmpty, let central = socketCentral(for: job.target) {
                 if signalUnconfirmed {
                     ping()
                     return
                 }
-                switch characteristic.sendThroughSocket(value) {
+                switch characteristic.sendThroughSocket(value, to: central) {
                 case .sent:
                     break
                 case .full:
@@ -171,7 +173,7 @@ final class Notifier {
                     return
                 }
                 sentSincePing += 1
-                if characteristic.hasNotifySocket { signalUnconfirmed = true }
+                if !characteristic.notifySocketCentrals.isEmpty { signalUnconfirmed = true }
             }
             sentCount += 1
             onSent?(value)
@@ -186,6 +188,16 @@ final class Notifier {
             }
         }
         checkDrain()
+    }
+
+    /// The central whose notification socket carries a notification for `target` (nil: every
+    /// subscriber) to exactly the centrals meant: the only one connected, with a socket of its
+    /// own. Any other case takes a signal (bluez-notes §3.8: who a socket reaches depends on
+    /// the BlueZ version, but with one central connected it is that one).
+    private func socketCentral(for target: String?) -> String? {
+        guard let sole = soleCentral(), target == nil || target == sole,
+              characteristic.notifySocketCentrals.contains(sole) else { return nil }
+        return sole
     }
 
     /// Polls until bluetoothd has read everything written to the socket (a few notifications'

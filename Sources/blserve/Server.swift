@@ -72,6 +72,9 @@ final class Server {
         peripheral = Peripheral(bus: bus, adapterName: adapterName, application: application, advertisement: advertisement)
         notifier = Notifier(characteristic: application.characteristics[application.characteristics.count - 1], bus: bus)
         notifier.canPush = { [unowned self] device in self.canPush(to: device) }
+        notifier.soleCentral = { [unowned self] in
+            self.peripheral.connectedDevices.count == 1 ? self.peripheral.connectedDevices.first : nil
+        }
         notifier.log = { [unowned self] message in self.debug(message) }
         switch config.mode {
         case .frame: mode = FrameMode(server: self)

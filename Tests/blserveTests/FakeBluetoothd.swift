@@ -67,7 +67,7 @@ final class FakeBluetoothd {
     /// Simulates a bluetoothd restart: the old connection (and with it every registration) goes,
     /// a new one takes org.bluez.
     func restart() throws {
-        for path in Array(notifySockets.keys) { closeNotifySocket(path) }
+        for key in Array(notifySockets.keys) { closeNotifySocket(key) }
         connection.close()
         connection = nil
         applications.removeAll()
@@ -116,6 +116,7 @@ final class FakeBluetoothd {
             [unowned self] _, interface, changed, _ in
             if interface == BlueZ.gattCharacteristicInterface, let value = changed["Value"]?.bytes {
                 self.notifications.append(value)
+                self.notificationSources.append("signal")
             }
         }
     }
@@ -156,14 +157,17 @@ final class FakeBluetoothd {
         return out
     }
 
-    /// Sockets from AcquireNotify, by characteristic path, and their watches.
+    /// Sockets from AcquireNotify, by characteristic path and device, and their watches.
     private var notifySockets: [String: (fd: OwnedFD, watch: WatchToken)] = [:]
+    /// Where each notification came from, in order: the device of the socket, or "signal".
+    private(set) var notificationSources: [String] = []
     /// How many notifications arrived through a socket rather than as signals.
-    private(set) var socketNotifications = 0
+    var socketNotifications: Int { notificationSources.filter { $0 != "signal" }.count }
 
-    /// The first subscription, as BlueZ 5.66 makes it: AcquireNotify when the characteristic
-    /// exports NotifyAcquired (then every message read from the socket is a notification, read
-    /// one per turn of the loop as bluetoothd does), else StartNotify.
+    /// A subscription as BlueZ makes it: AcquireNotify when the characteristic exports
+    /// NotifyAcquired (then every message read from the socket is a notification, read one per
+    /// turn of the loop as bluetoothd does), else StartNotify. 5.66 asks once, for the first
+    /// central; from 5.69 once per central.
     func startNotify(path: String = charPath, device: String = FakeBluetoothd.device(1), mtu: Int = 185) throws {
         let exported = applications.values.contains { $0[path]?[BlueZ.gattCharacteristicInterface]?["NotifyAcquired"] != nil }
         guard exported else {
@@ -175,23 +179,24 @@ final class FakeBluetoothd {
                                                member: "AcquireNotify", args: [options(device, mtu: mtu, offset: 0)], timeout: 5)
         guard case .unixFD(let fd)? = reply.first else { throw DBusError.failed("AcquireNotify gave no fd") }
         let raw = fd.rawValue
+        let key = path + " " + device
         let watch = loop.watch(fd: raw, events: .readable) { [unowned self] _ in
             var buffer = [UInt8](repeating: 0, count: 512)
             let n = recv(raw, &buffer, buffer.count, Int32(MSG_DONTWAIT))
             if n > 0 {
                 self.notifications.append(Array(buffer[..<n]))
-                self.socketNotifications += 1
+                self.notificationSources.append(device)
             } else if n == 0 || (errno != EAGAIN && errno != EINTR) {
-                self.closeNotifySocket(path)
+                self.closeNotifySocket(key)
             }
         }
-        notifySockets[path] = (fd, watch)
+        notifySockets[key] = (fd, watch)
     }
 
-    /// The last subscription ends: the socket is closed (5.66 `ccc_write_cb()`), or StopNotify.
-    func stopNotify(path: String = charPath) throws {
-        if notifySockets[path] != nil {
-            closeNotifySocket(path)
+    /// A subscription ends: its socket is closed (`ccc_write_cb()`), or StopNotify.
+    func stopNotify(path: String = charPath, device: String = FakeBluetoothd.device(1)) throws {
+        if notifySockets[path + " " + device] != nil {
+            closeNotifySocket(path + " " + device)
             return
         }
         _ = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
@@ -203,8 +208,8 @@ final class FakeBluetoothd {
         for socket in notifySockets.values { loop.setEvents(socket.watch, paused ? [] : .readable) }
     }
 
-    private func closeNotifySocket(_ path: String) {
-        guard let socket = notifySockets.removeValue(forKey: path) else { return }
+    private func closeNotifySocket(_ key: String) {
+        guard let socket = notifySockets.removeValue(forKey: key) else { return }
         loop.remove(socket.watch)
         socket.fd.close()
     }
@@ -216,7 +221,10 @@ final class FakeBluetoothd {
         _ = try connection.callAndWait(destination: serverName, path: "/", interface: DBusInterfaceName.peer, member: "Ping", timeout: 5)
     }
 
-    func clearNotifications() { notifications.removeAll() }
+    func clearNotifications() {
+        notifications.removeAll()
+        notificationSources.removeAll()
+    }
 
     /// The adapter disappears (InterfacesRemoved), as when its controller is unplugged.
     func removeAdapter() throws {

@@ -360,7 +360,7 @@ final class ServerBusTests: XCTestCase {
         try start(["--mode", "raw", "cat"])
         try bluez.startNotify(mtu: 517)
         try bluez.setConnected(a, true)
-        XCTAssertTrue(server.notifyCharacteristic.hasNotifySocket)
+        XCTAssertEqual(server.notifyCharacteristic.notifySocketCentrals, [a])
         let data = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 8) }
         for start in stride(from: 0, to: data.count, by: 510) {
             ok(bluez.write(Array(data[start..<min(start + 510, data.count)]), from: a, mtu: 517))
@@ -390,17 +390,47 @@ final class ServerBusTests: XCTestCase {
         try bluez.setConnected(b, false)
         try bluez.stopNotify()
         XCTAssertTrue(loop.run(until: { !self.server.notifyCharacteristic.notifying }, timeout: 5))
-        XCTAssertFalse(server.notifyCharacteristic.hasNotifySocket)
+        XCTAssertEqual(server.notifyCharacteristic.notifySocketCentrals, [])
         let throughSocket = bluez.socketNotifications
         ok(bluez.write(Array("after".utf8), from: a, mtu: 517))
         XCTAssertEqual(reply(for: a, bytes: 5, mtu: 517), "after")
         XCTAssertEqual(bluez.socketNotifications, throughSocket)
     }
 
+    /// A socket carries a central's output only while that central is the only one connected
+    /// and the socket is its own: from BlueZ 5.76 a socket reaches its central only, up to 5.75
+    /// every subscriber (bluez-notes §3.8). Otherwise the output is a signal.
+    func testRawModeUsesOnlyTheSoleCentralsOwnSocket() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify(device: a)
+        try bluez.startNotify(device: b)
+        XCTAssertEqual(Set(server.notifyCharacteristic.notifySocketCentrals), [a, b])
+        try bluez.setConnected(b, true)
+        ok(bluez.write(Array("one".utf8), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 1 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [Array("one".utf8)])
+        XCTAssertEqual(bluez.notificationSources, [b])
+
+        // B's subscription ends; A's socket stays (5.66 keeps the one it made for the first
+        // central): B's output must not take A's socket.
+        try bluez.stopNotify(device: b)
+        XCTAssertTrue(loop.run(until: { self.server.notifyCharacteristic.notifySocketCentrals == [self.a] }, timeout: 5))
+        bluez.clearNotifications()
+        ok(bluez.write(Array("two".utf8), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 1 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [Array("two".utf8)])
+        XCTAssertEqual(bluez.notificationSources, ["signal"])
+
+        // The last socket closes: nobody is subscribed.
+        try bluez.stopNotify(device: a)
+        XCTAssertTrue(loop.run(until: { !self.server.notifyCharacteristic.notifying }, timeout: 5))
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
         XCTAssertEqual(server.children.running.count, 0, "started before anyone subscribed")
+        try bluez.setConnected(a, true)
         try bluez.startNotify()
         _ = loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5)
         XCTAssertEqual(bluez.notifications.map { String(decoding: $0, as: UTF8.self) },
@@ -450,7 +480,7 @@ final class ServerBusTests: XCTestCase {
     /// Once a reply went to the read queue, a later one is not pushed past it, even when the
     /// asker is the sole subscriber again.
     func testALaterReplyDoesNotOvertakeADivertedOne() throws {
-        try pushFirstReplyBehind(backlog: 2000)
+        try pushFirstReplyBehind(backlog: 20000)
         XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
         try bluez.setConnected(b, true)
         XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
