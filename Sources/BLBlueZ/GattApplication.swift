@@ -210,7 +210,10 @@ public final class GattCharacteristic {
         theirs.close()
         let central = options.device ?? ""
         let was = notifying
-        // Asked again for the same central: the new socket replaces the old one.
+        // Asked again for the same central: the new socket replaces the old one. (5.66 can also
+        // ask twice for two centrals, when the second subscribes while the first call is under
+        // way; it then closes only the second socket when the last central unsubscribes, and the
+        // first stays open until that central subscribes again and this replaces it.)
         dropNotifySocket(central, announce: false)
         notifySockets[central] = ours
         notifySocketLoop = loop

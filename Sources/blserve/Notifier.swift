@@ -142,7 +142,8 @@ final class Notifier {
                 job.done?()
                 continue
             }
-            if !value.isEmpty, let central = socketCentral(for: job.target) {
+            if !value.isEmpty, value.count <= GattCharacteristic.socketNotificationLimit,
+               let central = socketCentral(for: job.target) {
                 if signalUnconfirmed {
                     ping()
                     return
