@@ -146,12 +146,15 @@ public final class GattCharacteristic {
     /// The centrals (device object paths) whose AcquireNotify sockets are held.
     public var notifySocketCentrals: [String] { Array(notifySockets.keys) }
 
+    /// Whether any AcquireNotify socket is held.
+    public var hasNotifySockets: Bool { !notifySockets.isEmpty }
+
+    /// Whether the AcquireNotify socket of `central` (a device object path) is held.
+    public func hasNotifySocket(for central: String) -> Bool { notifySockets[central] != nil }
+
     /// Bytes written to the notification sockets that bluetoothd has not read yet.
     public var notifySocketBacklog: Int {
-        notifySockets.values.reduce(0) { sum, socket in
-            var queued: Int32 = 0
-            return sum + (ioctl(socket.fd.rawValue, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0)
-        }
+        notifySockets.values.reduce(0) { $0 + FileIO.unreadBytes($1.fd.rawValue) }
     }
 
     public enum SocketSend {
@@ -165,8 +168,7 @@ public final class GattCharacteristic {
     }
 
     /// Hands `value` to bluetoothd through the socket it acquired when `central` (a device object
-    /// path) subscribed,
-    /// without a D-Bus message. Who gets it depends on the BlueZ version (bluez-notes §3.8):
+    /// path) subscribed, without a D-Bus message. Who gets it depends on the BlueZ version (bluez-notes §3.8):
     /// up to 5.75 every subscribed central, like ``notify(_:)``; from 5.76 `central` only. So
     /// it reaches exactly `central` when that is the only central connected. An empty value
     /// cannot go this way: bluetoothd takes an empty message for end of file.
@@ -304,7 +306,7 @@ public final class GattCharacteristic {
         if offersNotifySocket {
             // Its presence alone makes bluetoothd call AcquireNotify (bluez-notes §3.8).
             interface
-                .property("NotifyAcquired") { [weak self] in .bool(!(self?.notifySockets.isEmpty ?? true)) }
+                .property("NotifyAcquired") { [weak self] in .bool(self?.hasNotifySockets ?? false) }
                 .method("AcquireNotify", inSignature: "a{sv}", outSignature: "hq") { [weak self] call in
                     guard accept(call) else { return }
                     guard let self else {
@@ -353,7 +355,7 @@ public final class GattApplication {
     ///   - root: the application's object path (the ObjectManager); services go below it.
     ///   - characteristics: UUID and `Flags` of each characteristic, in order.
     ///   - notifySockets: offer bluetoothd a socket for the notifications of each characteristic
-    ///     that has `notify` (see ``GattCharacteristic/sendThroughSocket(_:)``).
+    ///     that has `notify` (see ``GattCharacteristic/sendThroughSocket(_:to:)``).
     public init(root: String = "/org/blpipe/gatt", serviceUUID: String, characteristics: [(uuid: String, flags: [String])],
                 notifySockets: Bool = false) {
         self.root = root

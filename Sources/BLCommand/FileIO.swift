@@ -126,4 +126,11 @@ public enum FileIO {
 
     /// True when `fd` refers to a terminal.
     public static func isTerminal(_ fd: Int32) -> Bool { isatty(fd) == 1 }
+
+    /// Bytes written to a local socket that the other end has not read yet (SIOCOUTQ; 0 when
+    /// it cannot be told).
+    public static func unreadBytes(_ fd: Int32) -> Int {
+        var queued: Int32 = 0
+        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
+    }
 }

@@ -295,7 +295,7 @@ final class Writer {
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
         // Only what bluetoothd has taken from the socket is queued ahead of the read.
-        let allTaken = socket.map { Writer.unreadBytes($0.rawValue) == 0 } ?? true
+        let allTaken = socket.map { FileIO.unreadBytes($0.rawValue) == 0 } ?? true
         let covered = allTaken ? written : confirmed
         fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
@@ -332,7 +332,7 @@ final class Writer {
             socketWatch = nil
             // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
             let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
-            let drained = loop.run(until: { [unowned self] in self.finished || Writer.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
+            let drained = loop.run(until: { [unowned self] in self.finished || FileIO.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
             loop.cancel(tick)
             guard !finished else { return }
             guard drained else {
@@ -352,12 +352,6 @@ final class Writer {
             loop.sleep(1)
         }
         finish(.success(()))
-    }
-
-    /// Bytes written to a local socket that the other end has not read yet (SIOCOUTQ).
-    static func unreadBytes(_ fd: Int32) -> Int {
-        var queued: Int32 = 0
-        return ioctl(fd, UInt(TIOCOUTQ), &queued) == 0 ? Int(queued) : 0
     }
 
     func finish(_ result: Result<Void, ToolError>) {

@@ -174,7 +174,7 @@ final class Notifier {
                     return
                 }
                 sentSincePing += 1
-                if !characteristic.notifySocketCentrals.isEmpty { signalUnconfirmed = true }
+                if characteristic.hasNotifySockets { signalUnconfirmed = true }
             }
             sentCount += 1
             onSent?(value)
@@ -197,7 +197,7 @@ final class Notifier {
     /// the BlueZ version, but with one central connected it is that one).
     private func socketCentral(for target: String?) -> String? {
         guard let sole = soleCentral(), target == nil || target == sole,
-              characteristic.notifySocketCentrals.contains(sole) else { return nil }
+              characteristic.hasNotifySocket(for: sole) else { return nil }
         return sole
     }
 
