@@ -33,7 +33,7 @@ _blserve() {
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W '--mode --adapter --name --service --char --nus --write-without-response
-            --reply-code --reply --chunk --eom --handler-timeout --max-frame --max-queue --allow --secure
+            --reply-code --reply --chunk --eom --handler-timeout --prestart --max-frame --max-queue --allow --secure
             --verbose --help --version -m -a -n -c -r -t -v -h' -- "$cur"))
     else
         COMPREPLY=($(compgen -c -- "$cur"))

@@ -11,6 +11,7 @@ complete -c blserve -s r -l reply -x -a 'pull push' -d 'Frame mode: pull or push
 complete -c blserve -l chunk -x -d 'Notify at most N bytes at a time'
 complete -c blserve -l eom -d 'Notify EOM when the output ends'
 complete -c blserve -s t -l handler-timeout -x -d 'Frame mode: seconds before COMMAND is killed'
+complete -c blserve -l prestart -d 'Frame mode: start COMMAND before its request comes'
 complete -c blserve -l max-frame -x -d 'Largest frame body accepted'
 complete -c blserve -l max-queue -x -d 'Requests and replies outstanding per central'
 complete -c blserve -l allow -x -d 'Only this central may read and write'

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import BLBlueZ
 import BLCommand
 import BLDBus
@@ -12,6 +17,8 @@ final class FrameMode: ServeMode {
         var reassembler: FrameReassembler
         var pending: [FrameRequest] = []
         var running: HandlerRun?
+        /// --prestart: COMMAND started for this central's next request.
+        var startedAhead: Subprocess?
         var replies: ReplyQueue
         /// Replies handed to the notifier and not yet sent (push).
         var pushing = 0
@@ -35,9 +42,12 @@ final class FrameMode: ServeMode {
     /// was never signalled.
     static let maxIdleCentrals = 64
     static let doorbell: [UInt8] = Array("N0000000".utf8)
+    /// --prestart, until a COMMAND ended before its request came.
+    private var prestart: Bool
 
     init(server: Server) {
         self.server = server
+        prestart = server.config.prestart
     }
 
     private var config: ServeConfig { server.config }
@@ -57,6 +67,7 @@ final class FrameMode: ServeMode {
     /// Drops the idle state of centrals that are not connected.
     private func prune() {
         for (device, c) in centrals where c.isIdle && !server.peripheral.connectedDevices.contains(device) {
+            discardStartedAhead(c)
             centrals[device] = nil
         }
     }
@@ -115,6 +126,7 @@ final class FrameMode: ServeMode {
         c.gone = true
         c.running?.cancel()
         c.running = nil
+        discardStartedAhead(c)
         // Its replies still waiting in the notifier must not reach a new connection.
         server.notifier.drop(target: c.device)
         c.pending.removeAll()
@@ -134,6 +146,7 @@ final class FrameMode: ServeMode {
             c.running?.detach()
             c.running = nil
             c.pending.removeAll()
+            discardStartedAhead(c)
         }
     }
 
@@ -143,8 +156,12 @@ final class FrameMode: ServeMode {
         guard c.running == nil, !c.pending.isEmpty, !server.stopping else { return }
         let request = c.pending.removeFirst()
         var env = server.environment(device: c.device)
-        env.append(("BL_CODE", request.code.description))
-        env.append(("BL_SIZE", String(request.body.count)))
+        if !config.prestart {
+            // A COMMAND started ahead cannot know these; with --prestart no run gets them, so
+            // that every run of one COMMAND sees the same variables.
+            env.append(("BL_CODE", request.code.description))
+            env.append(("BL_SIZE", String(request.body.count)))
+        }
         let limit = config.replyCode == .raw ? FrameFormat.headerSize + FrameFormat.maxBodySize : FrameFormat.maxBodySize
         let run = HandlerRun(command: server.handler, environment: env, input: request.body, outputLimit: limit,
                              timeout: config.handlerTimeout, children: server.children, buffer: server.buffer) {
@@ -152,7 +169,46 @@ final class FrameMode: ServeMode {
             self.finished(c, request, outcome)
         }
         c.running = run
-        run.start()
+        let ahead = c.startedAhead
+        c.startedAhead = nil
+        ahead?.onExit = nil
+        run.start(with: ahead)
+        // Started now, its start-up overlaps this run, the reply's way out and the next
+        // request's way in (measured faster than starting it once this run has finished).
+        startAhead(c)
+    }
+
+    /// --prestart: starts COMMAND for the central's next request, with the environment it would
+    /// get then, so that the request finds it started. A failure to start is left for the request
+    /// to meet and report.
+    private func startAhead(_ c: Central) {
+        guard prestart, c.startedAhead == nil, !c.gone, !server.stopping else { return }
+        guard let child = try? server.handler.spawn(server.children, environment: server.environment(device: c.device),
+                                                    stdin: .pipe, stdout: .pipe, stderr: .inherit) else { return }
+        child.onExit = { [weak self, weak c, weak child] status in
+            guard let self, let c, let child, c.startedAhead === child else { return }
+            // It ended without a request: whatever it wrote answers nothing, and starting it
+            // ahead again would only repeat that. Requests start it themselves from now on.
+            c.startedAhead = nil
+            child.killGroupJustReaped()
+            child.closeStdin()
+            child.closeStdout()
+            if self.prestart {
+                self.prestart = false
+                Tool.warn("\(self.server.handler.name) ended (\(status)) before a request came to it; --prestart is off")
+            }
+        }
+        c.startedAhead = child
+    }
+
+    /// Ends the COMMAND started ahead for `c` (it has had no request: nothing is lost).
+    private func discardStartedAhead(_ c: Central) {
+        guard let child = c.startedAhead else { return }
+        c.startedAhead = nil
+        child.onExit = nil
+        child.signalGroup(SIGKILL)
+        child.closeStdin()
+        child.closeStdout()
     }
 
     private func finished(_ c: Central, _ request: FrameRequest, _ outcome: HandlerRun.Outcome) {

@@ -64,23 +64,36 @@ final class HandlerRun {
         self.completion = completion
     }
 
-    /// Starts the process. A failure to start is reported through the completion, on a later turn.
-    func start() {
+    /// Starts the process, or takes `startedAhead` (COMMAND started ahead with pipes for stdin and
+    /// stdout, not yet reaped, nothing read from it). A failure to start is reported through the
+    /// completion, on a later turn.
+    func start(with startedAhead: Subprocess? = nil) {
         started = MonotonicClock.seconds()
         let child: Subprocess
-        do {
-            child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
-        } catch {
-            failure = "cannot run \(command.name): \(error)"
-            loop.callSoon { [self] in self.finish(status: nil) }
-            return
+        if let startedAhead {
+            precondition(startedAhead.isRunning && startedAhead.stdinFD >= 0 && startedAhead.stdoutFD >= 0,
+                         "a process started ahead must be running, with its pipes")
+            child = startedAhead
+        } else {
+            do {
+                child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+            } catch {
+                failure = "cannot run \(command.name): \(error)"
+                loop.callSoon { [self] in self.finish(status: nil) }
+                return
+            }
         }
         process = child
         child.onExit = { [weak self] status in self?.exited(status) }
         if input.isEmpty {
             child.closeStdin()
         } else {
-            stdinWatch = loop.watch(fd: child.stdinFD, events: .writable) { [weak self] _ in self?.feed() }
+            // The pipe is empty: it takes a request of up to 64 KiB at once, without waiting
+            // for the loop to say so. The rest, if any, waits for room.
+            feed()
+            if child.stdinFD >= 0 {
+                stdinWatch = loop.watch(fd: child.stdinFD, events: .writable) { [weak self] _ in self?.feed() }
+            }
         }
         stdoutWatch = loop.watch(fd: child.stdoutFD, events: .readable) { [weak self] _ in self?.drain() }
         timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }

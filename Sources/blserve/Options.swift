@@ -29,6 +29,7 @@ enum BlserveCommand {
             OptionSpec("chunk", value: "N", help: "notify at most N bytes at a time (20 reproduces seed 002)"),
             OptionSpec("eom", help: "stream and raw modes: notify EOM when COMMAND's output ends"),
             OptionSpec("handler-timeout", short: "t", value: "S", help: "frame mode: kill COMMAND after S seconds (30)"),
+            OptionSpec("prestart", help: "frame mode: start COMMAND ahead of each central's next request"),
             OptionSpec("max-frame", value: "BYTES", help: "refuse frames announcing more than BYTES (1M; at most 9999999)"),
             OptionSpec("max-queue", value: "N", help: "requests and replies a central may have outstanding (16)"),
             OptionSpec("allow", value: "ADDR", help: "only this central may read and write (repeatable)"),
@@ -38,8 +39,14 @@ enum BlserveCommand {
         operands: 0...Int.max,
         operandsEndOptions: true,
         epilog: """
-        environment of COMMAND: BL_CODE and BL_SIZE (frame mode: the request's code and body size),
-        BL_DEVICE (the central's address), BL_ADAPTER (hci0…), BL_MTU (the central's ATT MTU).
+        environment of COMMAND: BL_CODE and BL_SIZE (frame mode without --prestart: the request's
+        code and body size), BL_DEVICE (the central's address), BL_ADAPTER (hci0…), BL_MTU (the
+        central's ATT MTU).
+
+        --prestart: a request then finds COMMAND started and waiting for its stdin, which saves
+        the start of a process from its reply time. COMMAND must do nothing before reading its
+        request: one that ends before its request comes turns --prestart off (with a warning),
+        and one still waiting when its central leaves or blserve stops is killed.
 
         examples:
           blserve examples/seed000-handler                    # drop-in for the seed 000 server
@@ -76,6 +83,8 @@ struct ServeConfig: Equatable {
     var chunk: Int?
     var eom = false
     var handlerTimeout = 30.0
+    /// Frame mode: keep COMMAND started ahead for each central's next request.
+    var prestart = false
     var maxFrame = 1 << 20
     var maxQueue = 16
     /// Upper-case addresses; empty = everyone.
@@ -113,6 +122,7 @@ struct ServeConfig: Equatable {
         chunk = try options.int("chunk", in: 1...512)
         eom = options.has("eom")
         handlerTimeout = try options.seconds("handler-timeout", in: 0.001...86_400) ?? handlerTimeout
+        prestart = options.has("prestart")
         maxFrame = try options.byteCount("max-frame", in: 0...FrameFormat.maxBodySize) ?? maxFrame
         maxQueue = try options.int("max-queue", in: 1...1024) ?? maxQueue
         for text in options.strings("allow") {
@@ -126,7 +136,7 @@ struct ServeConfig: Equatable {
 
         // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
         if mode != .frame {
-            try options.refuse(["reply-code", "reply", "handler-timeout", "max-frame", "max-queue"],
+            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue"],
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }

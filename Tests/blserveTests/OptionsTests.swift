@@ -81,6 +81,8 @@ final class OptionsTests: XCTestCase {
         XCTAssertTrue(usageError(["--handler-timeout", "0", "cat"]).contains("--handler-timeout"))
         XCTAssertTrue(usageError(["--mode", "stream", "--reply", "push", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--mode", "raw", "--max-frame", "1K", "cat"]).contains("frame mode"))
+        XCTAssertTrue(usageError(["--mode", "raw", "--prestart", "cat"]).contains("--prestart"))
+        XCTAssertTrue(try config(["--prestart", "cat"]).prestart)
         XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
         XCTAssertTrue(usageError(["--mode", "stream", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]).contains("--allow"))
         XCTAssertNoThrow(try config(["--mode", "raw", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]))

@@ -297,6 +297,64 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T0000030U 8 00:00:00:00:00:01 hci0 247")
     }
 
+    // MARK: - --prestart
+
+    /// A scratch directory removed with the test.
+    private func scratchDirectory() throws -> String {
+        var template = Array("/tmp/blserve-test-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw Errno.current }
+        let path = String(cString: dir)
+        addTeardownBlock { _ = try? runTool("/bin/rm", ["-rf", path]) }
+        return path
+    }
+
+    private func lines(_ path: String) -> [String] {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").map(String.init)
+    }
+
+    func testPrestartAnswersEachRequestFromACommandStartedBeforeIt() throws {
+        let log = try scratchDirectory() + "/starts"
+        try start(["--prestart", "sh", "-c", "echo \"$BL_DEVICE\" >> \(log); printf '%s|' \"${BL_CODE-unset}\"; cat"])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "one"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000009unset|one")
+        // The next request's COMMAND is started (and waits for its stdin) before it comes.
+        XCTAssertTrue(loop.run(until: { self.lines(log).count == 2 }, timeout: 5), "\(lines(log))")
+        XCTAssertEqual(server.children.running.count, 1)
+        for (body, expected) in [("two", "T0000009unset|two"), ("three", "T0000011unset|three")] {
+            let startsBefore = lines(log).count
+            ok(bluez.write(frame("U", body), from: a))
+            XCTAssertEqual(reply(for: a), expected)
+            XCTAssertTrue(loop.run(until: { self.lines(log).count == startsBefore + 1 }, timeout: 5))
+        }
+        XCTAssertEqual(Set(lines(log)), ["00:00:00:00:00:01"])
+        // One waits for the central's next request; it ends when the central leaves.
+        XCTAssertEqual(server.children.running.count, 1)
+        try bluez.setConnected(a, false)
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+                      "a COMMAND started ahead outlived its central")
+        XCTAssertEqual(lines(log).count, 4)
+    }
+
+    func testPrestartTurnsItselfOffForACommandThatDoesNotWaitForItsRequest() throws {
+        let log = try scratchDirectory() + "/starts"
+        try start(["--prestart", "sh", "-c", "echo run >> \(log); echo fixed"])
+        ok(bluez.write(frame("T", "r1"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000006fixed\n")
+        XCTAssertTrue(loop.run(until: { self.lines(log).count == 2 && self.server.children.running.isEmpty }, timeout: 5),
+                      "the COMMAND started ahead did not run and end")
+        for i in 2...3 {
+            ok(bluez.write(frame("T", "r\(i)"), from: a))
+            XCTAssertEqual(reply(for: a), "T0000006fixed\n")
+        }
+        settle(0.3)
+        // The first request's run, the one started ahead (it ended at once: no more of them),
+        // then a run per request.
+        XCTAssertEqual(lines(log).count, 4)
+        XCTAssertTrue(server.children.running.isEmpty)
+    }
+
     // MARK: - Raw and stream modes
 
     func testRawModeEchoesPerCentral() throws {
