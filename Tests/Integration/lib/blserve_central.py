@@ -10,6 +10,7 @@ Operations:
   {"op": "request", "code": "T", "body": "<hex>", "timeout": 30} -> {"code": "T", "body": "<hex>", "took": s}
   {"op": "write", "data": "<hex>"}                                -> {"error": null or "<text>"}
   {"op": "read"}                                                  -> {"value": "<hex>"} or {"error": "<text>"}
+  {"op": "wait", "seconds": 2}                                    -> {} (stays connected meanwhile)
 A request that gets no reply prints {"error": ...} and ends the run with status 1."""
 import asyncio
 import json
@@ -45,6 +46,9 @@ async def main(adapter, address, ops):
                     result = {"value": bytes(value).hex()}
                 except Exception as exc:  # noqa: BLE001 - reported to the test
                     result = {"error": str(exc)}
+            elif kind == "wait":
+                await asyncio.sleep(op["seconds"])
+                result = {}
             else:
                 raise SystemExit("unknown operation %r" % kind)
             print(json.dumps(result), flush=True)

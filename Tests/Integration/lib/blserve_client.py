@@ -396,6 +396,10 @@ def op_read():
     return {"op": "read"}
 
 
+def op_wait(seconds):
+    return {"op": "wait", "seconds": seconds}
+
+
 async def run_central(adapter, address, ops, timeout=300):
     """Run `ops` as one central in its own process (blserve_central.py); returns the results, one
     dict per operation, with request bodies decoded back to bytes."""
