@@ -139,6 +139,17 @@ final class FakeBluetoothd {
         }
     }
 
+    /// A write command as bluetoothd passes it on: a WriteValue call that wants no reply.
+    func writeCommand(_ value: [UInt8], from device: String, mtu: Int = 185, path: String = charPath) throws {
+        let m = try DBusMessage.methodCall(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                                           member: "WriteValue")
+        let o: [String: DBusValue] = ["device": .objectPath(device), "mtu": .uint16(UInt16(mtu)), "link": .string("LE"),
+                                      "type": .string("command")]
+        try m.append([.bytes(value), .stringDict(o)])
+        m.noReply = true
+        _ = try connection.send(m)
+    }
+
     func read(from device: String, mtu: Int = 185, offset: Int = 0, path: String = charPath) -> Result<[UInt8], DBusError> {
         Result { () throws(DBusError) in
             let reply = try connection.callAndWait(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,

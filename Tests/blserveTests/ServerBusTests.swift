@@ -376,6 +376,71 @@ final class ServerBusTests: XCTestCase {
 
     /// A central back within the 2 s its old COMMAND has to end gets a new COMMAND: what it
     /// writes is not fed to the dying one (whose stdin is closed) and lost.
+    /// The size of a file (0 when missing).
+    private func fileSize(_ path: String) -> Int {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    private func contents(_ path: String) -> [UInt8] {
+        (try? Array(Data(contentsOf: URL(fileURLWithPath: path)))) ?? []
+    }
+
+    /// Waits until the file at `path` has stopped growing for `quiet` seconds.
+    private func waitUntilSettled(_ path: String, quiet: Double = 0.5, timeout: Double = 20) {
+        var size = -1
+        var since = MonotonicClock.seconds()
+        _ = loop.run(until: {
+            let now = self.fileSize(path)
+            if now != size {
+                size = now
+                since = MonotonicClock.seconds()
+            }
+            return size > 0 && MonotonicClock.seconds() - since >= quiet
+        }, timeout: timeout)
+    }
+
+    func testRawModeWriteRequestsWaitWhileTheCommandDoesNotRead() throws {
+        let out = try scratchDirectory() + "/in"
+        try start(["--mode", "raw", "sh", "-c", "sleep 2; exec cat > \(out)"])
+        try bluez.setConnected(a, true)
+        let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ $0 >> 8) }
+        let started = MonotonicClock.seconds()
+        var sent = 0
+        while sent < data.count {
+            let n = min(510, data.count - sent)
+            let result = bluez.write(Array(data[sent..<sent + n]), from: a, mtu: 517)
+            ok(result)
+            if case .failure = result { return }
+            sent += n
+        }
+        // The pipe and blserve's 64 KiB hold less than this: the central had to wait until
+        // COMMAND read (without that, bluetoothd would have been answered at once).
+        XCTAssertGreaterThan(MonotonicClock.seconds() - started, 1.5)
+        waitUntilSettled(out)
+        XCTAssertTrue(contents(out) == data, "COMMAND got \(fileSize(out)) bytes, not the \(data.count) written")
+    }
+
+    func testRawModeDropsWriteCommandsBeyondWhatItHolds() throws {
+        let out = try scratchDirectory() + "/in"
+        try start(["--mode", "raw", "--write-without-response", "sh", "-c", "sleep 2; exec cat > \(out)"])
+        try bluez.setConnected(a, true)
+        let data = (0..<1_600_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+        var sent = 0
+        while sent < data.count {
+            let n = min(510, data.count - sent)
+            try bluez.writeCommand(Array(data[sent..<sent + n]), from: a, mtu: 517)
+            sent += n
+        }
+        waitUntilSettled(out, timeout: 30)
+        // Commands cannot be held back: beyond 1 MiB queued (plus what the pipe holds) they are
+        // dropped, and what COMMAND got is the stream's beginning, in order.
+        let got = contents(out)
+        XCTAssertGreaterThanOrEqual(got.count, 1 << 20)
+        XCTAssertLessThan(got.count, data.count)
+        XCTAssertTrue(got[...] == data[0..<got.count], "what COMMAND got is not the beginning of the stream")
+    }
+
     func testRawModeCentralBackAtOnceGetsANewCommand() throws {
         // Slow to end: ignores SIGHUP and lingers after end of input.
         try start(["--mode", "raw", "sh", "-c", "trap '' HUP; cat; sleep 1"])
