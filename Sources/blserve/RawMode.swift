@@ -20,10 +20,8 @@ final class RawMode: ServeMode {
         let device: String
         var process: Subprocess?
         var started = 0.0
-        var stdinQueue: [[UInt8]] = []
-        var stdinOffset = 0
-        var stdinBytes = 0
-        var stdinWatch: WatchToken?
+        /// COMMAND's stdin, with what it has not taken yet.
+        var stdin: QueuedOutput?
         var stdoutWatch: WatchToken?
         /// Write requests answered once stdin has room again.
         var deferred: [IncomingCall] = []
@@ -46,7 +44,7 @@ final class RawMode: ServeMode {
     private(set) var sessions: [String: Session] = [:]
     /// Sessions of centrals that disconnected, kept until their COMMAND has ended.
     private var ending: [ObjectIdentifier: Session] = [:]
-    /// Stdin bytes held before write requests wait.
+    /// Stdin bytes held before write requests wait (answered again once half of it is left).
     static let stdinHighWater = 64 * 1024
     /// Stdin bytes held at most; write commands beyond it are dropped (bluetoothd acknowledged
     /// them already, so there is no way to push back).
@@ -86,8 +84,10 @@ final class RawMode: ServeMode {
                 return
             }
         }
-        if !value.isEmpty {
-            if s.stdinBytes + value.count > Self.stdinLimit {
+        // Once COMMAND has closed its stdin, what the central writes goes nowhere: that is its
+        // business, as when it ignores its input.
+        if !value.isEmpty, let stdin = s.stdin {
+            if stdin.queuedCount + value.count > Self.stdinLimit {
                 if !s.droppedWarned {
                     Tool.warn("\(Server.centralName(device)): COMMAND is not reading; dropping writes")
                     s.droppedWarned = true
@@ -95,14 +95,12 @@ final class RawMode: ServeMode {
                 call.fail(GattError.application(0x82))
                 return
             }
-            s.stdinQueue.append(value)
-            s.stdinBytes += value.count
             s.bytesIn += value.count
-            if s.stdinWatch == nil, let fd = s.process?.stdinFD, fd >= 0 {
-                s.stdinWatch = loop.watch(fd: fd, events: .writable) { [unowned self, unowned s] _ in self.feed(s) }
-            }
+            stdin.write(value)
+            // What the pipe takes goes now; the queue writes the rest as COMMAND reads.
+            try? stdin.flush()
         }
-        if call.expectsReply && s.stdinBytes > Self.stdinHighWater {
+        if call.expectsReply, let stdin = s.stdin, stdin.isFull {
             s.deferred.append(call)
         } else {
             call.reply([])
@@ -158,44 +156,17 @@ final class RawMode: ServeMode {
         s.bytesOut = 0
         s.droppedWarned = false
         process.onExit = { [unowned self, unowned s] _ in self.checkEnded(s) }
+        let stdin = QueuedOutput(fd: process.stdinFD, loop: loop, limit: Self.stdinHighWater)
+        stdin.onRoom = { [unowned self, unowned s] in self.answerDeferred(s) }
+        // COMMAND closed its stdin: nothing more can go in, and nobody waits for room.
+        stdin.onFailure = { [unowned self, unowned s] _ in
+            self.closeStdin(s)
+            self.answerDeferred(s)
+        }
+        s.stdin = stdin
         server.debug("\(Server.centralName(s.device)): started \(server.handler.name) (pid \(process.pid))")
         updateStdoutWatch(s)
         return true
-    }
-
-    private func feed(_ s: Session) {
-        guard let fd = s.process?.stdinFD, fd >= 0 else { return }
-        while let first = s.stdinQueue.first {
-            let n: Int
-            do {
-                n = try first.withUnsafeBytes { raw in
-                    try Result { () throws(Errno) in
-                        try FileIO.write(fd, UnsafeRawBufferPointer(rebasing: raw[s.stdinOffset...]))
-                    }.get()
-                }
-            } catch let error as Errno where error == .again {
-                break
-            } catch {
-                // COMMAND closed its stdin: nothing more can go in.
-                s.stdinQueue.removeAll()
-                s.stdinBytes = 0
-                closeStdin(s)
-                answerDeferred(s)
-                return
-            }
-            s.stdinOffset += n
-            s.stdinBytes -= n
-            if s.stdinOffset == first.count {
-                s.stdinQueue.removeFirst()
-                s.stdinOffset = 0
-            }
-        }
-        if s.stdinQueue.isEmpty, let w = s.stdinWatch {
-            loop.remove(w)
-            s.stdinWatch = nil
-        }
-        if s.stdinBytes <= Self.stdinHighWater { answerDeferred(s) }
-        if s.gone && s.stdinQueue.isEmpty { closeStdin(s) }
     }
 
     private func answerDeferred(_ s: Session) {
@@ -204,9 +175,10 @@ final class RawMode: ServeMode {
         for call in calls { call.reply([]) }
     }
 
+    /// Ends COMMAND's stdin; what it has not taken yet is dropped.
     private func closeStdin(_ s: Session) {
-        if let w = s.stdinWatch { loop.remove(w) }
-        s.stdinWatch = nil
+        s.stdin?.close()
+        s.stdin = nil
         s.process?.closeStdin()
     }
 
@@ -287,8 +259,6 @@ final class RawMode: ServeMode {
         if let killTimer = s.killTimer { loop.cancel(killTimer) }
         s.killTimer = nil
         closeStdin(s)
-        s.stdinQueue.removeAll()
-        s.stdinBytes = 0
         answerDeferred(s)
         s.process = nil
         if server.config.eom && !s.gone { deliver(Array("EOM".utf8), to: s) }
@@ -314,8 +284,6 @@ final class RawMode: ServeMode {
             forget(s)
             return
         }
-        s.stdinQueue.removeAll()
-        s.stdinBytes = 0
         closeStdin(s)
         process.signalGroup(SIGHUP)
         updateStdoutWatch(s)
