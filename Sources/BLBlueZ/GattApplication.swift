@@ -143,6 +143,12 @@ public final class GattCharacteristic {
     /// reads into 512 bytes; a longer SEQPACKET message would be cut).
     public static let socketNotificationLimit = 512
 
+    /// Whether a notification socket can carry `value`: not empty (bluetoothd takes an empty
+    /// message for end of file) and at most ``socketNotificationLimit`` bytes.
+    public static func socketCanCarry(_ value: [UInt8]) -> Bool {
+        !value.isEmpty && value.count <= socketNotificationLimit
+    }
+
     /// The centrals (device object paths) whose AcquireNotify sockets are held.
     public var notifySocketCentrals: [String] { Array(notifySockets.keys) }
 
@@ -173,22 +179,17 @@ public final class GattCharacteristic {
     /// it reaches exactly `central` when that is the only central connected. An empty value
     /// cannot go this way: bluetoothd takes an empty message for end of file.
     public func sendThroughSocket(_ value: [UInt8], to central: String) -> SocketSend {
-        guard let socket = notifySockets[central], !value.isEmpty, value.count <= Self.socketNotificationLimit else {
-            return .unavailable
-        }
-        while true {
-            let n = value.withUnsafeBytes { send(socket.fd.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if n >= 0 { return .sent }
-            switch errno {
-            case EINTR:
-                continue
-            case EAGAIN, EWOULDBLOCK:
-                if let loop = notifySocketLoop, let watch = socket.watch { loop.setEvents(watch, [.readable, .writable]) }
-                return .full
-            default:
-                dropNotifySocket(central)
-                return .unavailable
+        guard let socket = notifySockets[central], Self.socketCanCarry(value) else { return .unavailable }
+        do {
+            let sent = try value.withUnsafeBytes { raw in
+                try Result { () throws(Errno) in try FileIO.sendNow(socket.fd.rawValue, raw) }.get()
             }
+            if sent { return .sent }
+            if let loop = notifySocketLoop, let watch = socket.watch { loop.setEvents(watch, [.readable, .writable]) }
+            return .full
+        } catch {
+            dropNotifySocket(central)
+            return .unavailable
         }
     }
 

@@ -44,6 +44,18 @@ public enum FileIO {
         }
     }
 
+    /// Sends `bytes` as one message on a socket without waiting (and without SIGPIPE). Returns
+    /// false when the socket has no room now; throws the error that ended it.
+    public static func sendNow(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) -> Bool {
+        while true {
+            if send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) >= 0 { return true }
+            let error = Errno.current
+            if error == .interrupted { continue }
+            if error == .again { return false }  // EWOULDBLOCK is EAGAIN on Linux
+            throw error
+        }
+    }
+
     /// Writes every byte, looping over short writes. Meant for blocking descriptors; one that
     /// is non-blocking all the same (a standard output inherited with O_NONBLOCK) is waited for.
     @inlinable

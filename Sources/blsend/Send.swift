@@ -275,11 +275,13 @@ final class Writer {
                 fence()
                 return
             }
-            let n = piece.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { return }
-                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(Errno.current) (\(confirmed) bytes confirmed)")))
+            do {
+                let sent = try piece.withUnsafeBytes { raw in
+                    try Result { () throws(Errno) in try FileIO.sendNow(fd, raw) }.get()
+                }
+                if !sent { return }
+            } catch {
+                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(error) (\(confirmed) bytes confirmed)")))
                 return
             }
             written += piece.count

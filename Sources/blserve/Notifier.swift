@@ -142,8 +142,7 @@ final class Notifier {
                 job.done?()
                 continue
             }
-            if !value.isEmpty, value.count <= GattCharacteristic.socketNotificationLimit,
-               let central = socketCentral(for: job.target) {
+            if GattCharacteristic.socketCanCarry(value), let central = socketCentral(for: job.target) {
                 if signalUnconfirmed {
                     ping()
                     return

@@ -125,9 +125,10 @@ final class FakeBluetoothd {
 
     static func device(_ n: Int) -> String { "/org/bluez/hci0/dev_00_00_00_00_00_0\(n)" }
 
-    private func options(_ device: String, mtu: Int, offset: Int) -> DBusValue {
+    private func options(_ device: String, mtu: Int, offset: Int, type: String? = nil) -> DBusValue {
         var o: [String: DBusValue] = ["device": .objectPath(device), "mtu": .uint16(UInt16(mtu)), "link": .string("LE")]
         if offset > 0 { o["offset"] = .uint16(UInt16(offset)) }
+        if let type { o["type"] = .string(type) }
         return .stringDict(o)
     }
 
@@ -143,9 +144,7 @@ final class FakeBluetoothd {
     func writeCommand(_ value: [UInt8], from device: String, mtu: Int = 185, path: String = charPath) throws {
         let m = try DBusMessage.methodCall(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
                                            member: "WriteValue")
-        let o: [String: DBusValue] = ["device": .objectPath(device), "mtu": .uint16(UInt16(mtu)), "link": .string("LE"),
-                                      "type": .string("command")]
-        try m.append([.bytes(value), .stringDict(o)])
+        try m.append([.bytes(value), options(device, mtu: mtu, offset: 0, type: "command")])
         m.noReply = true
         _ = try connection.send(m)
     }
