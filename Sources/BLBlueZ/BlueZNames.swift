@@ -100,11 +100,28 @@ public enum BluetoothUUID {
 public enum BluetoothAddress {
     /// The address in upper case, or nil when `text` is not six colon-separated hex bytes.
     public static func normalize(_ text: String) -> String? {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 6, parts.allSatisfy({ $0.count == 2 && $0.allSatisfy { $0.isHexDigit && $0.isASCII } }) else {
-            return nil
+        parse(text.utf8, separator: UInt8(ascii: ":"))
+    }
+
+    /// Six two-digit hex bytes separated by `separator`, as "AA:BB:CC:DD:EE:FF"; nil otherwise.
+    /// Works on the UTF-8 bytes: blserve calls it (through a device path) for every GATT call.
+    static func parse<Bytes: Collection>(_ bytes: Bytes, separator: UInt8) -> String? where Bytes.Element == UInt8 {
+        guard bytes.count == 17 else { return nil }
+        var out = [UInt8]()
+        out.reserveCapacity(17)
+        for (i, b) in bytes.enumerated() {
+            if i % 3 == 2 {
+                guard b == separator else { return nil }
+                out.append(UInt8(ascii: ":"))
+                continue
+            }
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "F"): out.append(b)
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): out.append(b - 32)
+            default: return nil
+            }
         }
-        return text.uppercased()
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// BlueZ's object path for a device of `adapterPath`: `/org/bluez/hci0/dev_AA_BB_…`.

@@ -47,8 +47,12 @@ extension BluetoothAddress {
     /// "AA:BB:CC:DD:EE:FF" from a device object path `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`,
     /// or nil when the last element is not `dev_` and an address.
     public static func fromDevicePath(_ path: String) -> String? {
-        guard let last = path.split(separator: "/").last, last.hasPrefix("dev_") else { return nil }
-        return normalize(String(last.dropFirst(4).map { $0 == "_" ? ":" : $0 }))
+        let bytes = Array(path.utf8)
+        let start = bytes.count - 17 - 4
+        guard start >= 0, bytes[start..<start + 4].elementsEqual("dev_".utf8),
+              start == 0 || bytes[start - 1] == UInt8(ascii: "/") else { return nil }
+        let tail = bytes[(start + 4)...]
+        return parse(tail, separator: UInt8(ascii: "_"))
     }
 
     /// "hci0" from `/org/bluez/hci0/dev_…`, or nil.

@@ -22,6 +22,19 @@ final class BlueZNamesTests: XCTestCase {
         XCTAssertNil(BluetoothAddress.normalize("aabb:cc:dd:ee:ff"))
         XCTAssertEqual(BluetoothAddress.devicePath(adapterPath: "/org/bluez/hci1", address: "aa:bb:cc:dd:ee:ff"),
                        "/org/bluez/hci1/dev_AA_BB_CC_DD_EE_FF")
+        XCTAssertNil(BluetoothAddress.normalize("aa:bb:cc:dd:ee:f\u{e9}"))
+        XCTAssertNil(BluetoothAddress.normalize("aa-bb-cc-dd-ee-ff"))
+    }
+
+    func testAddressFromDevicePath() {
+        XCTAssertEqual(BluetoothAddress.fromDevicePath("/org/bluez/hci0/dev_AA_BB_CC_DD_EE_0F"), "AA:BB:CC:DD:EE:0F")
+        XCTAssertEqual(BluetoothAddress.fromDevicePath("/org/bluez/hci12/dev_aa_bb_cc_dd_ee_0f"), "AA:BB:CC:DD:EE:0F")
+        XCTAssertEqual(BluetoothAddress.fromDevicePath("dev_01_23_45_67_89_AB"), "01:23:45:67:89:AB")
+        for bad in ["", "/org/bluez/hci0", "/org/bluez/hci0/dev_AA_BB_CC_DD_EE", "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_0G",
+                    "/org/bluez/hci0/xdev_AA_BB_CC_DD_EE_FF", "/org/bluez/hci0/dev_AA:BB:CC:DD:EE:FF",
+                    "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF/service0010", "/org/bluez/hci0/dev_AA_BB_CC_DD_EE_F\u{e9}"] {
+            XCTAssertNil(BluetoothAddress.fromDevicePath(bad), bad)
+        }
     }
 
     func testDeviceSelector() {
