@@ -215,16 +215,20 @@ public final class ChildProcesses {
         return child
     }
 
-    /// `environ` with `additions` applied, as malloc'd C strings plus a terminating nil.
+    /// `environ` with `additions` applied, as malloc'd C strings plus a terminating nil. Keys are
+    /// compared as bytes (blserve builds this for every request; String comparison of each
+    /// inherited entry cost more than the rest of the spawn).
     static func environmentBlock(adding additions: [(String, String)]) -> [UnsafeMutablePointer<CChar>?] {
+        let keys = additions.map { Array($0.0.utf8) }
         var block: [UnsafeMutablePointer<CChar>?] = []
         var index = 0
         while let entry = environ[index] {
             index += 1
-            let text = String(cString: entry)
-            let key = text.prefix { $0 != "=" }
-            if additions.contains(where: { $0.0 == key }) { continue }
-            block.append(strdup(entry))
+            let keyLength = strcspn(entry, "=")
+            let replaced = keys.contains { key in
+                key.count == keyLength && key.withUnsafeBytes { memcmp($0.baseAddress!, entry, keyLength) == 0 }
+            }
+            if !replaced { block.append(strdup(entry)) }
         }
         for (key, value) in additions { block.append(strdup(key + "=" + value)) }
         block.append(nil)

@@ -72,6 +72,22 @@ final class SubprocessTests: XCTestCase {
         XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "x y,/usr/bin:/bin")
     }
 
+    func testEnvironmentBlockReplacesWholeKeysOnly() throws {
+        setenv("BL_ENV_A", "1", 1)
+        setenv("BL_ENV_AB", "2", 1)
+        setenv("BL_ENV_\u{e9}", "3", 1)
+        defer { for key in ["BL_ENV_A", "BL_ENV_AB", "BL_ENV_\u{e9}"] { unsetenv(key) } }
+        let block = ChildProcesses.environmentBlock(adding: [("BL_ENV_A", "x"), ("BL_ENV_\u{e9}", "y"), ("BL_ENV_NEW", "z")])
+        defer { for p in block { free(p) } }
+        XCTAssertNil(block.last!)
+        let entries = block.compactMap { $0.map { String(cString: $0) } }
+        let ours = entries.filter { $0.hasPrefix("BL_ENV_") }.sorted()
+        XCTAssertEqual(ours, ["BL_ENV_A=x", "BL_ENV_AB=2", "BL_ENV_NEW=z", "BL_ENV_\u{e9}=y"])
+        var inherited = 0
+        while environ[inherited] != nil { inherited += 1 }
+        XCTAssertEqual(entries.count, inherited + 1, "every other inherited entry is kept, and one is added")
+    }
+
     func testChildGetsItsOwnProcessGroupAndGroupKillReachesGrandchildren() throws {
         let child = try children.spawn(["sh", "-c", "sleep 30 & echo $!; wait"], stdin: .null)
         // Read the grandchild's pid (the first line), then kill the group.
