@@ -4,7 +4,8 @@
 #   make test       unit and process tests (swift test), no Bluetooth needed
 #   make check      make test, then the whole integration suite on the VM bench (real bluetoothd)
 #   make demo       the main job on the VM bench: a request and its reply over real BlueZ
-#   make bench      benchmarks: blframe against cat; blsend/blrecv and blserve on the bench
+#   make bench      benchmarks: blframe against cat; blserve's cost per GATT call natively;
+#                   blsend/blrecv and blserve on the bench
 #   make bench-smoke  the bench's own smoke tests
 #   make fuzz       the frame decoder under libFuzzer (FUZZ_SECONDS, default 300)
 #   make install    PREFIX=/usr/local DESTDIR= : binaries, man pages, completions
@@ -61,6 +62,7 @@ bench-smoke:
 
 bench: build
 	scripts/bench-blframe .build/bin
+	scripts/bench-calls .build/bin
 	scripts/bench/vm-run --timeout 3000 -- $(BENCH_ENV) scripts/bench-central
 	scripts/bench/vm-run --timeout 3000 -- $(BENCH_ENV) scripts/bench-blserve
 
