@@ -226,7 +226,7 @@ public final class ChildProcesses {
             index += 1
             let keyLength = strcspn(entry, "=")
             let replaced = keys.contains { key in
-                key.count == keyLength && key.withUnsafeBytes { memcmp($0.baseAddress!, entry, keyLength) == 0 }
+                key.count == keyLength && key.withUnsafeBytes { keyLength == 0 || memcmp($0.baseAddress!, entry, keyLength) == 0 }
             }
             if !replaced { block.append(strdup(entry)) }
         }
