@@ -14,6 +14,7 @@ complete -c blserve -s t -l handler-timeout -x -d 'Frame mode: seconds before CO
 complete -c blserve -l prestart -d 'Frame mode: start COMMAND before its request comes'
 complete -c blserve -l max-frame -x -d 'Largest frame body accepted'
 complete -c blserve -l max-queue -x -d 'Requests and replies outstanding per central'
+complete -c blserve -l max-held -x -d 'Unsent reply bytes per central before its next request waits'
 complete -c blserve -l allow -x -d 'Only this central may read and write'
 complete -c blserve -l secure -d 'Require an encrypted link'
 complete -c blserve -s v -l verbose -d 'Log one line per request'

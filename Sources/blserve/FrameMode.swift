@@ -20,8 +20,11 @@ final class FrameMode: ServeMode {
         /// --prestart: COMMAND started for this central's next request.
         var startedAhead: Subprocess?
         var replies: ReplyQueue
-        /// Replies handed to the notifier and not yet sent (push).
+        /// Replies handed to the notifier and not yet sent (push), and their bytes.
         var pushing = 0
+        var pushingBytes = 0
+        /// Its next request is waiting for it to take its replies (--max-held), logged once.
+        var waitingForRoom = false
         /// Disconnected: its state was dropped; a running COMMAND's reply is discarded.
         var gone = false
 
@@ -34,6 +37,8 @@ final class FrameMode: ServeMode {
         /// Requests and replies counted against --max-queue.
         var outstanding: Int { pending.count + (running == nil ? 0 : 1) + replies.count + pushing }
         var isIdle: Bool { outstanding == 0 && reassembler.isAtFrameBoundary }
+        /// Reply bytes held for it, counted against --max-held.
+        var heldBytes: Int { replies.pendingBytes + pushingBytes }
     }
 
     unowned let server: Server
@@ -100,6 +105,7 @@ final class FrameMode: ServeMode {
         switch c.replies.read(offset: options.offset, mtu: options.mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
+            if !piece.isEmpty, options.offset == 0 { dispatch(c) }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }
@@ -116,6 +122,7 @@ final class FrameMode: ServeMode {
         // The notifier dropped its jobs (Server resets it first): nothing is being pushed.
         for c in centrals.values {
             c.pushing = 0
+            c.pushingBytes = 0
             drop(c)
         }
     }
@@ -154,6 +161,16 @@ final class FrameMode: ServeMode {
 
     private func dispatch(_ c: Central) {
         guard c.running == nil, !c.pending.isEmpty, !server.stopping else { return }
+        // A central that does not take its replies must not make blserve hold ever more of them:
+        // its next request waits (still counted against --max-queue) until it reads.
+        guard c.heldBytes < config.maxHeld else {
+            if !c.waitingForRoom {
+                c.waitingForRoom = true
+                server.debug("\(Server.centralName(c.device)): \(c.heldBytes) reply bytes unsent; its next request waits")
+            }
+            return
+        }
+        c.waitingForRoom = false
         let request = c.pending.removeFirst()
         var env = server.environment(device: c.device)
         if !config.prestart {
@@ -236,6 +253,7 @@ final class FrameMode: ServeMode {
         // A tail diverted earlier still waits in the read queue: later replies wait behind it.
         if config.reply == .push, (server.canPush(to: c.device) && c.replies.isEmpty) || c.pushing > 0 {
             c.pushing += 1
+            c.pushingBytes += reply.count
             notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
                              divert: { [weak self, weak c] rest in
                                  guard let self, let c, !c.gone else { return }
@@ -253,7 +271,9 @@ final class FrameMode: ServeMode {
                              done: { [weak self, weak c] in
                                  guard let self, let c else { return }
                                  c.pushing = max(0, c.pushing - 1)
+                                 c.pushingBytes = max(0, c.pushingBytes - reply.count)
                                  self.forgetIfDone(c)
+                                 if !c.gone { self.dispatch(c) }
                              })
             return
         }

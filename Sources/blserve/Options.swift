@@ -32,6 +32,7 @@ enum BlserveCommand {
             OptionSpec("prestart", help: "frame mode: start COMMAND ahead of each central's next request"),
             OptionSpec("max-frame", value: "BYTES", help: "refuse frames announcing more than BYTES (1M; at most 9999999)"),
             OptionSpec("max-queue", value: "N", help: "requests and replies a central may have outstanding (16)"),
+            OptionSpec("max-held", value: "BYTES", help: "frame mode: a central's next request waits while BYTES of its replies are unsent (16M)"),
             OptionSpec("allow", value: "ADDR", help: "only this central may read and write (repeatable)"),
             OptionSpec("secure", help: "require an encrypted (paired) link for reads, writes and notifications"),
             OptionSpec("verbose", short: "v", help: "log one line per request, and the registration, to stderr"),
@@ -87,6 +88,9 @@ struct ServeConfig: Equatable {
     var prestart = false
     var maxFrame = 1 << 20
     var maxQueue = 16
+    /// Frame mode: reply bytes held for one central (queued for its reads or being notified)
+    /// from which its next request waits.
+    var maxHeld = 16 << 20
     /// Upper-case addresses; empty = everyone.
     var allow: Set<String> = []
     var secure = false
@@ -125,6 +129,7 @@ struct ServeConfig: Equatable {
         prestart = options.has("prestart")
         maxFrame = try options.byteCount("max-frame", in: 0...FrameFormat.maxBodySize) ?? maxFrame
         maxQueue = try options.int("max-queue", in: 1...1024) ?? maxQueue
+        maxHeld = try options.byteCount("max-held", in: 1...(1 << 40)) ?? maxHeld
         for text in options.strings("allow") {
             guard let address = BluetoothAddress.normalize(text) else {
                 throw UsageError("--allow wants an address like AA:BB:CC:DD:EE:FF, not '\(text)'")
@@ -136,7 +141,7 @@ struct ServeConfig: Equatable {
 
         // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
         if mode != .frame {
-            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue"],
+            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue", "max-held"],
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }

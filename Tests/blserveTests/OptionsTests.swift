@@ -65,6 +65,8 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(c.allow, ["AA:BB:CC:DD:EE:FF", "11:22:33:44:55:66"])
         XCTAssertEqual(c.maxQueue, 3)
         XCTAssertEqual(try config(["--max-frame", "9999999", "cat"]).maxFrame, FrameFormat.maxBodySize)
+        XCTAssertEqual(try config(["cat"]).maxHeld, 16 << 20)
+        XCTAssertEqual(try config(["--max-held", "2G", "cat"]).maxHeld, 2 << 30)
     }
 
     func testUsageErrors() {
@@ -82,6 +84,8 @@ final class OptionsTests: XCTestCase {
         XCTAssertTrue(usageError(["--mode", "stream", "--reply", "push", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--mode", "raw", "--max-frame", "1K", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--mode", "raw", "--prestart", "cat"]).contains("--prestart"))
+        XCTAssertTrue(usageError(["--mode", "stream", "--max-held", "1M", "cat"]).contains("--max-held"))
+        XCTAssertTrue(usageError(["--max-held", "0", "cat"]).contains("--max-held"))
         XCTAssertTrue(try config(["--prestart", "cat"]).prestart)
         XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
         XCTAssertTrue(usageError(["--mode", "stream", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]).contains("--allow"))

@@ -255,6 +255,23 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T00000013")
     }
 
+    func testMaxHeldHoldsTheNextRequestUntilTheCentralReads() throws {
+        // Replies of 88 bytes: the second request runs (88 of 100 bytes held), the third waits
+        // until the central has read.
+        try start(["--max-held", "100", "cat"])
+        let body = String(repeating: "x", count: 79)
+        ok(bluez.write(frame("T", body + "1") + frame("T", body + "2") + frame("T", body + "3"), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 10))
+        settle(1)
+        XCTAssertEqual(bluez.notifications.count, 2, "the third request ran although 176 reply bytes were held")
+        // Another central is not held back by this one.
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertEqual(reply(for: b), "T0000001b")
+        // Reading the first reply (one piece at MTU 185) lets the third run.
+        XCTAssertEqual(String(decoding: try bluez.read(from: a).get(), as: UTF8.self), "T0000080" + body + "1")
+        XCTAssertEqual(reply(for: a, bytes: 176), "T0000080" + body + "2" + "T0000080" + body + "3")
+    }
+
     func testEmptyOutputRepliesWithAnNFrameAndAutoDetectsImages() throws {
         try start(["sh", "-c", "b=$(cat); [ \"$b\" = png ] && printf '\\211PNG\\r\\n\\032\\n' || true"])
         ok(bluez.write(frame("T", "quiet"), from: a))
