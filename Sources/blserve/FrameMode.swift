@@ -200,8 +200,8 @@ final class FrameMode: ServeMode {
     /// to meet and report.
     private func startAhead(_ c: Central) {
         guard prestart, c.startedAhead == nil, !c.gone, !server.stopping else { return }
-        guard let child = try? server.handler.spawn(server.children, environment: server.environment(device: c.device),
-                                                    stdin: .pipe, stdout: .pipe, stderr: .inherit) else { return }
+        guard let child = try? HandlerRun.spawn(server.handler, server.children,
+                                                environment: server.environment(device: c.device)) else { return }
         child.onExit = { [weak self, weak c, weak child] status in
             guard let self, let c, let child, c.startedAhead === child else { return }
             // It ended without a request: whatever it wrote answers nothing, and starting it

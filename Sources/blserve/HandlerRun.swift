@@ -64,9 +64,16 @@ final class HandlerRun {
         self.completion = completion
     }
 
-    /// Starts the process, or takes `startedAhead` (COMMAND started ahead with pipes for stdin and
-    /// stdout, not yet reaped, nothing read from it). A failure to start is reported through the
-    /// completion, on a later turn.
+    /// Starts `command` the way a run needs it: pipes for stdin and stdout, stderr inherited. A
+    /// process started ahead for a later run (--prestart) must be started by this too.
+    static func spawn(_ command: HandlerCommand, _ children: ChildProcesses,
+                      environment: [(String, String)]) throws(Errno) -> Subprocess {
+        try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+    }
+
+    /// Starts the process, or takes `startedAhead` (from ``spawn(_:_:environment:)``, not yet
+    /// reaped, nothing read from it). A failure to start is reported through the completion, on a
+    /// later turn.
     func start(with startedAhead: Subprocess? = nil) {
         started = MonotonicClock.seconds()
         let child: Subprocess
@@ -76,7 +83,7 @@ final class HandlerRun {
             child = startedAhead
         } else {
             do {
-                child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+                child = try Self.spawn(command, children, environment: environment)
             } catch {
                 failure = "cannot run \(command.name): \(error)"
                 loop.callSoon { [self] in self.finish(status: nil) }
