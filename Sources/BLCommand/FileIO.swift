@@ -34,6 +34,19 @@ public enum FileIO {
         }
     }
 
+    /// Reads up to `buffer.count` bytes, waiting for them even if `fd` is non-blocking (a standard
+    /// input inherited with O_NONBLOCK, left so by another program sharing it). Returns 0 at end
+    /// of file. For tools that read their input in a plain loop rather than through ``EventLoop``.
+    public static func readWaiting(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        while true {
+            do {
+                return try read(fd, into: buffer)
+            } catch .again {
+                _ = try pollReadable(fd, milliseconds: -1)
+            }
+        }
+    }
+
     /// Writes once (a short count is possible on pipes and non-blocking descriptors).
     @inlinable
     public static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) throws(Errno) -> Int {
@@ -75,6 +88,17 @@ public enum FileIO {
     @usableFromInline
     static func pollWritable(_ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
         var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+        while true {
+            let n = poll(&entry, 1, milliseconds)
+            if n >= 0 { return n > 0 }
+            if errno != EINTR { throw Errno.current }
+        }
+    }
+
+    /// Waits up to `milliseconds` (-1: for as long as it takes) until `fd` has data, its end, or
+    /// an error a read would report. True if it has.
+    static func pollReadable(_ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
+        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         while true {
             let n = poll(&entry, 1, milliseconds)
             if n >= 0 { return n > 0 }

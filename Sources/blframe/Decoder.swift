@@ -19,6 +19,8 @@ final class Decoder {
     private var lastByte: UInt8 = 0
     private var image: ImageDirectory.Writer?
     private var escaper = JSONStringEscaper()
+    /// --json: a T or U frame's object is open (its text is being written).
+    private var jsonTextOpen = false
 
     init(options: ParsedOptions) throws {
         raw = options.has("raw")
@@ -40,7 +42,7 @@ final class Decoder {
             while true {
                 let n: Int
                 do {
-                    n = try FileIO.read(0, into: chunk)
+                    n = try FileIO.readWaiting(0, into: chunk)
                 } catch {
                     throw ToolError(.ioError, "stdin: \(error)")
                 }
@@ -57,6 +59,8 @@ final class Decoder {
             // Frames completed before the error are already out; a partial image is removed.
             image?.discard()
             image = nil
+            // Every --json line stays one whole object: a text cut short says so.
+            if jsonTextOpen { try? closeJSONText(truncated: true) }
             try? out.flush()
             throw ToolError(.dataError, error.description)
         } catch {
@@ -88,6 +92,7 @@ final class Decoder {
             if json {
                 try write("{\"code\":\"\(header.code)\",\"size\":\(header.size),\"text\":\"")
                 escaper = JSONStringEscaper()
+                jsonTextOpen = true
             }
         case .image:
             if let images {
@@ -126,12 +131,7 @@ final class Decoder {
         switch header.code {
         case .text, .url:
             if json {
-                var failure: Errno?
-                escaper.finish { run in
-                    do throws(Errno) { try out.write(run) } catch { failure = error }
-                }
-                if let failure { throw Encoder.outputError(failure) }
-                try write("\"}\n")
+                try closeJSONText(truncated: false)
             } else if !raw && lastByte != 0x0A {
                 try write("\n")
             }
@@ -150,6 +150,17 @@ final class Decoder {
         case .notify:
             if json { try write("{\"code\":\"N\",\"size\":0}\n") }
         }
+    }
+
+    /// Ends the open text object: `"}` or, for a frame the input cut short, `","truncated":true}`.
+    private func closeJSONText(truncated: Bool) throws {
+        jsonTextOpen = false
+        var failure: Errno?
+        escaper.finish { run in
+            do throws(Errno) { try out.write(run) } catch { failure = error }
+        }
+        if let failure { throw Encoder.outputError(failure) }
+        try write(truncated ? "\",\"truncated\":true}\n" : "\"}\n")
     }
 
     private func write(_ bytes: UnsafeRawBufferPointer) throws {

@@ -166,7 +166,7 @@ struct Encoder {
 
     private func readStdin(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         do {
-            return try FileIO.read(0, into: buffer)
+            return try FileIO.readWaiting(0, into: buffer)
         } catch {
             throw ToolError(.ioError, "stdin: \(error)")
         }

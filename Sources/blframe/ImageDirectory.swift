@@ -2,7 +2,7 @@ import BLCommand
 import BLFrame
 
 /// `--images DIR`: each I frame becomes DIR/<number>.<ext>, numbered after the highest number
-/// already there, written under a temporary name and linked into place when complete.
+/// already there, written under a temporary name and moved into place when complete.
 final class ImageDirectory {
     let path: String
     private var next: Int
@@ -13,11 +13,12 @@ final class ImageDirectory {
         next = (try DirectoryListing.names(in: self.path).compactMap(ImageDirectory.number).max() ?? 0) + 1
     }
 
-    /// "000042.png" → 42.
+    /// "000042.png" → 42. Names of more than 18 digits are not ours and are ignored (counting on
+    /// from one would overflow).
     static func number(of name: String) -> Int? {
         guard let dot = name.firstIndex(of: "."), dot != name.startIndex else { return nil }
         let digits = name[..<dot]
-        guard digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        guard digits.utf8.count <= 18, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         return Int(digits)
     }
 

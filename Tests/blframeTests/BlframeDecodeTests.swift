@@ -92,6 +92,58 @@ final class BlframeDecodeTests: XCTestCase {
         }
     }
 
+    func testJSONTextCutShortEndsAsAWholeObjectMarkedTruncated() throws {
+        let result = try runTool("blframe", ["-d", "--json"], input: data("T0000002hiU0000005ht\u{e9}"))
+        XCTAssertEqual(result.status, 65)
+        XCTAssertEqual(result.stdoutText, #"{"code":"T","size":2,"text":"hi"}"# + "\n"
+                       + #"{"code":"U","size":5,"text":"ht\#u{e9}","truncated":true}"# + "\n")
+        for line in result.stdoutText.split(separator: "\n") {
+            XCTAssertNoThrow(try JSONSerialization.jsonObject(with: data(String(line))), String(line))
+        }
+        XCTAssertTrue(result.stderr.contains("input ends inside a U frame"), result.stderr)
+    }
+
+    /// A standard input left non-blocking by another program sharing it is waited for, not an
+    /// I/O error (EAGAIN) on the first read that finds it empty.
+    func testNonBlockingStdinIsWaitedFor() throws {
+        // Should blframe fail, the write below must fail with EPIPE, not end the test process.
+        let previous = signal(SIGPIPE, SIG_IGN)
+        defer { signal(SIGPIPE, previous) }
+        for arguments in [["-d"], ["-c", "T"], ["--lines"]] {
+            var p: [Int32] = [0, 0]
+            XCTAssertEqual(pipe(&p), 0)
+            XCTAssertEqual(fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK), 0)
+            let process = Process()
+            process.executableURL = productsDirectory.appendingPathComponent("blframe")
+            process.arguments = arguments
+            process.standardInput = FileHandle(fileDescriptor: p[0], closeOnDealloc: true)
+            let stdout = Pipe(), stderr = Pipe()
+            process.standardOutput = stdout
+            process.standardError = stderr
+            try process.run()
+            close(p[0])
+            usleep(300_000)  // blframe finds its input empty first
+            let input = arguments == ["-d"] ? "T0000002hi" : "hi"
+            XCTAssertEqual(write(p[1], input, input.utf8.count), input.utf8.count)
+            close(p[1])
+            let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let err = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            XCTAssertEqual(process.terminationStatus, 0, "\(arguments): \(err)")
+            XCTAssertEqual(out, arguments == ["-d"] ? "hi\n" : "T0000002hi", "\(arguments)")
+        }
+    }
+
+    func testImageNumbersTooLargeToCountOnAreIgnored() throws {
+        let dir = try temporaryDirectory(self)
+        for name in ["9223372036854775807.png", "99999999999999999999.png", "000007.png"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent(name).path, contents: Data("x".utf8)))
+        }
+        let result = try runTool("blframe", ["-d", "--images", dir.path], input: data("I0000008") + pngHeader)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdoutText, dir.path + "/000008.png\n")
+    }
+
     func testMalformedInputReportsOffsetAfterWritingEarlierFrames() throws {
         let result = try runTool("blframe", ["-d"], input: data("T0000002okT00x0000"))
         XCTAssertEqual(result.status, 65)
