@@ -3,6 +3,7 @@ import PackageDescription
 
 // Layers, bottom up:
 //   BLFrame    the 1+7-byte frame codec (no Foundation, no dependencies)
+//   CLinux     one-call C wrappers for Linux calls Swift's Glibc module does not declare
 //   BLCommand  shared command-line support: options, diagnostics, sysexits, fd I/O, the poll loop
 //   CDBus      libdbus-1 (pkg-config dbus-1) plus a small shim header
 //   BLDBus     D-Bus connection, messages, exported objects, fd passing, wired into the poll loop
@@ -20,7 +21,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "BLFrame"),
-        .target(name: "BLCommand"),
+        .target(name: "CLinux"),
+        .target(name: "BLCommand", dependencies: ["CLinux"]),
         .systemLibrary(
             name: "CDBus",
             pkgConfig: "dbus-1",

@@ -3,10 +3,11 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLinux
 
 /// A file written under a hidden temporary name and given its real name only when complete, so
-/// nothing partial ever looks finished. The final name is never overwritten: `commit` links the
-/// file into place (which fails on an existing name) and tries the next candidate name.
+/// nothing partial ever looks finished. The final name is never overwritten: `commit` moves the
+/// file into place in a way that fails on an existing name, and tries the next candidate name.
 ///
 /// While a partial file exists, SIGINT, SIGTERM and SIGHUP remove it before the process dies.
 public final class PartialFile {
@@ -45,7 +46,7 @@ public final class PartialFile {
         bytesWritten += bytes.count
     }
 
-    /// Closes the file and links it to the first name `name(n)` (n = first, first+1, …) that does
+    /// Closes the file and gives it the first name `name(n)` (n = first, first+1, …) that does
     /// not exist yet. Returns the final path and n.
     public func commit(first: Int, name: (Int) -> String) throws(ToolError) -> (path: String, number: Int) {
         let closed = Glibc.close(fd)
@@ -58,17 +59,34 @@ public final class PartialFile {
         var number = first
         while true {
             let path = "\(directory)/\(name(number))"
-            if link(temporaryPath, path) == 0 {
+            switch place(at: path) {
+            case nil:
                 unlinkTemporary()
                 return (path, number)
-            }
-            let error = Errno.current
-            if error.rawValue != EEXIST {
+            case let error? where error.rawValue == EEXIST:
+                number += 1
+            case let error?:
                 unlinkTemporary()
                 throw ToolError(.cantCreate, "\(path): \(error)")
             }
-            number += 1
         }
+    }
+
+    /// False once the file system refused a rename that does not replace (NFS, some FUSE file
+    /// systems): hard links do the same there. Tests set it to take that way.
+    nonisolated(unsafe) static var renameNoReplaceWorks = true
+
+    /// Gives the temporary file the name `path` unless that exists (EEXIST). A rename that does
+    /// not replace works on most file systems, also those without hard links (vfat and exfat on
+    /// a USB stick); where it does not, a hard link is made and the temporary name then removed.
+    private func place(at path: String) -> Errno? {
+        if PartialFile.renameNoReplaceWorks {
+            if cl_rename_noreplace(temporaryPath, path) == 0 { return nil }
+            let error = Errno.current
+            guard error.rawValue == EINVAL || error.rawValue == ENOSYS || error.rawValue == EOPNOTSUPP else { return error }
+            PartialFile.renameNoReplaceWorks = false
+        }
+        return link(temporaryPath, path) == 0 ? nil : Errno.current
     }
 
     /// Closes and removes the partial file.
