@@ -138,7 +138,9 @@ extension DBusValue {
     /// The text of a `g` value.
     public var signatureValue: String? { if case .signature(let v) = unwrapped { return v }; return nil }
     /// The descriptor of an `h` (still owned by the value; ``OwnedFD/take()`` it to keep it).
-    public var fd: OwnedFD? { if case .unixFD(let v) = unwrapped { return v }; return nil }
+    /// Nil also for an `h` that carried no descriptor (an index past the message's descriptors,
+    /// or no descriptor left to duplicate it into).
+    public var fd: OwnedFD? { if case .unixFD(let v) = unwrapped, v.isValid { return v }; return nil }
 
     /// `ay` content (from ``bytes(_:)``, or an ``array(elementSignature:_:)`` of bytes).
     public var bytes: [UInt8]? {
