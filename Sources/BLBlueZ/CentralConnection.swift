@@ -74,6 +74,7 @@ extension BlueZClient {
         if !connectedNow {
             var attempt = 0
             while true {
+                if loop.isStopping { throw ToolError.quiet(.interrupted) }
                 attempt += 1
                 let left = deadline - MonotonicClock.seconds()
                 do {
@@ -84,6 +85,13 @@ extension BlueZClient {
                 } catch {
                     let left = deadline - MonotonicClock.seconds()
                     if error.shortName == "AlreadyConnected" { break }
+                    if error.name == DBusError.Name.interrupted {
+                        // Our Connect goes on in bluetoothd: cancel it, or the link comes up
+                        // after we have gone and stays (bluez-notes §7).
+                        loop.clearStop()
+                        _ = try? call(device.path, BlueZ.deviceInterface, "Disconnect", timeout: 5, what: "cancelling the connection")
+                        throw ToolError.quiet(.interrupted)
+                    }
                     if error.name == DBusError.Name.noReply || left <= 0 {
                         if error.name == DBusError.Name.noReply {
                             // Our Connect is still pending in bluetoothd: cancel it, or the link
@@ -108,7 +116,7 @@ extension BlueZClient {
                         // use that link when it comes up, and leave it to its maker.
                         let until = MonotonicClock.seconds() + min(5, max(0, left))
                         var connected = false
-                        while !connected && MonotonicClock.seconds() < until {
+                        while !connected && !loop.isStopping && MonotonicClock.seconds() < until {
                             loop.sleep(0.1)
                             connected = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) == true
                         }
@@ -122,11 +130,19 @@ extension BlueZClient {
         let peer = Peer(client: self, device: device, madeConnection: made)
         while true {
             if (try? property(device.path, BlueZ.deviceInterface, "ServicesResolved", what: "").bool) == true { break }
+            if loop.isStopping {
+                // Interrupted: every wait now gives up at once. End the link we made first.
+                loop.clearStop()
+                peer.disconnect()
+                throw ToolError.quiet(.interrupted)
+            }
             if MonotonicClock.seconds() >= deadline {
                 peer.disconnect()
                 throw ToolError(.tempFail, "\(device.address): services not resolved within \(formatSeconds(timeout)) s")
             }
             if !peer.isConnected && MonotonicClock.seconds() > deadline - timeout + 1 {
+                // Also when the property could not be read: a link we made must not stay.
+                peer.disconnect()
                 throw ToolError(.unavailable, "\(device.address) disconnected while its services were being resolved")
             }
             loop.sleep(0.05)

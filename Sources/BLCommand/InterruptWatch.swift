@@ -6,10 +6,15 @@ import Musl
 
 /// SIGINT, SIGTERM and SIGHUP delivered through the event loop, so a tool can end cleanly
 /// (unsubscribe, disconnect what it connected) instead of dying mid-operation. Until
-/// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up.
-/// A second signal ends the process at once with 128 + the signal number.
+/// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up; a
+/// handler set after a signal came runs at once (a wait whose failure was ignored must not
+/// hide the signal). A second signal ends the process at once with 128 + the signal number.
 public final class InterruptWatch {
-    public var onInterrupt: (() -> Void)?
+    public var onInterrupt: (() -> Void)? {
+        didSet {
+            if received != nil, let handler = onInterrupt { handler() }
+        }
+    }
     public private(set) var received: Int32?
     private var tokens: [SignalToken] = []
 

@@ -44,6 +44,6 @@ struct Receive {
         interrupted.onInterrupt = { receiver.finish(.failure(ToolError.quiet(.interrupted))) }
         _ = loop.run(until: { outcome != nil }, timeout: nil)
         receiver.close()
-        try outcome?.get()
+        try (outcome ?? .failure(ToolError.quiet(.interrupted))).get()
     }
 }

@@ -68,7 +68,7 @@ struct Send {
         }
         writer.start()
         _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
-        if case .failure(let error) = sendOutcome! {
+        if case .failure(let error) = sendOutcome ?? .failure(ToolError.quiet(.interrupted)) {
             // Replies already received still go out (finish writes what the output holds).
             receiver?.finish(.failure(error))
             throw error
@@ -76,7 +76,7 @@ struct Send {
         if let receiver {
             _ = loop.run(until: { replyOutcome != nil }, timeout: nil)
             receiver.close()
-            try replyOutcome!.get()
+            try (replyOutcome ?? .failure(ToolError.quiet(.interrupted))).get()
         }
     }
 
@@ -115,7 +115,7 @@ final class Writer {
     private var stdinWatch: WatchToken?
     private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: FileIO.bufferAlignment)
     static let readChunk = 16 * 1024
-    /// Socket path: after this many Write Commands, a read goes through the same link before
+    /// Write commands: after this many, a read goes through the same link before
     /// more are sent. bluetoothd queues commands without limit and, flooded, stops answering
     /// D-Bus for seconds; the read is queued behind the commands, so its answer means they left.
     static let fenceEvery = 64
