@@ -137,8 +137,10 @@ public final class NotificationReceiver {
         silenceTimer = loop.schedule(after: seconds) { [weak self] in
             guard let self, let silence = self.options.silence else { return }
             self.silenceTimer = nil
-            // Time spent waiting for our own reader (socket unread, pull held back) is not silence.
-            if self.waitingForReader { self.lastActivity = MonotonicClock.seconds() }
+            // Time spent waiting for our own reader (socket unread, pull held back) is not silence,
+            // nor is a read of the pull in progress (it has its own timeout): a long value read
+            // in many pieces over a slow link must not be cut off as the end of the replies.
+            if self.waitingForReader || self.ownReadOutstanding { self.lastActivity = MonotonicClock.seconds() }
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
                 if self.bytesReceived > 0 {
