@@ -130,7 +130,8 @@ final class Writer {
     private var inputEnded = false
     private var eomSent = false
     private var inFlight = 0
-    /// Bytes handed over: acknowledged requests, or datagrams the socket took.
+    /// Bytes handed over: acknowledged requests, commands bluetoothd queued, or datagrams the
+    /// socket took.
     private var written = 0
     /// Bytes known to have left: acknowledged requests, or commands before an answered fence.
     private var confirmed = 0
@@ -187,6 +188,9 @@ final class Writer {
         let n: Int
         do {
             n = try FileIO.read(0, into: UnsafeMutableRawBufferPointer(rebasing: buffer[end...]))
+        } catch .again {
+            // A non-blocking stdin shared with another reader that took the data first.
+            return
         } catch {
             finish(.failure(ToolError(.ioError, "stdin: \(error) (\(confirmed) bytes confirmed)")))
             return
@@ -250,7 +254,7 @@ final class Writer {
 
     /// WriteValue path: one write in flight at a time.
     private func sendNextValue() {
-        guard inFlight == 0, let piece = nextPiece() else { return }
+        guard inFlight == 0, !fencing, let piece = nextPiece() else { return }
         inFlight = 1
         characteristic.write(piece, type: type) { [weak self] result in
             guard let self, !self.finished else { return }
@@ -258,8 +262,18 @@ final class Writer {
             switch result {
             case .success:
                 self.written += piece.count
-                self.confirmed += piece.count
                 self.consume(piece)
+                if self.type == .request {
+                    self.confirmed += piece.count
+                } else {
+                    // bluetoothd answers a command once it is queued, not sent: commands are
+                    // confirmed by a read behind them, which also keeps its queue short.
+                    self.sinceFence += 1
+                    if self.sinceFence >= Writer.fenceEvery, self.fenceRead != nil {
+                        self.fence()
+                        return
+                    }
+                }
                 self.pump()
             case .failure(let error):
                 self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes confirmed)")))
