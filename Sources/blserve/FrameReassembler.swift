@@ -56,9 +56,10 @@ enum WriteRefusal: Error, Equatable, CustomStringConvertible {
 /// changes nothing.
 ///
 /// Bodies are collected up to `maxFrame` bytes: a header announcing more is refused at once
-/// (nothing of it is kept). A refused write is not applied, and reassembly restarts: the partial
-/// frame is dropped and the next write must start a frame. `N` frames (an empty "notify" frame)
-/// are accepted and ignored; they are not requests.
+/// (nothing of it is kept). A refused write is not applied. Refused as busy (no slot for a frame
+/// it starts), nothing changes and the same write can come again; refused as malformed or too
+/// large, reassembly restarts: the partial frame is dropped and the next write must start a
+/// frame. `N` frames (an empty "notify" frame) are accepted and ignored; they are not requests.
 struct FrameReassembler {
     let maxFrame: Int
     private var decoder: FrameDecoder
@@ -90,6 +91,10 @@ struct FrameReassembler {
         if offset != 0 && offset != valueLength {
             return .failure(.invalidOffset(offset: offset, expected: valueLength))
         }
+        // What a busy refusal puts back: the state before this write (the body as it was is
+        // the start of the one the write may finish).
+        let before = (decoder: decoder, bodyCount: body.count, valueLength: valueLength)
+        var finishedBody: [UInt8]?
         if offset == 0 { valueLength = 0 }
         var requests: [FrameRequest] = []
         var refusal: WriteRefusal?
@@ -120,11 +125,20 @@ struct FrameReassembler {
                         requests.append(FrameRequest(code: header.code, body: body))
                         slotsLeft -= 1
                     }
+                    if finishedBody == nil { finishedBody = body }
                     body = []
                 case .skipped:
                     break  // only in resync mode, which is not used
                 }
             }
+        }
+        if refusal == .busy {
+            // Not applied at all, so the central can write the same again once it has read:
+            // a frame begun in earlier writes (accepted, acknowledged) must not be lost.
+            decoder = before.decoder
+            body = Array((finishedBody ?? body).prefix(before.bodyCount))
+            valueLength = before.valueLength
+            return .failure(.busy)
         }
         if let refusal {
             reset()

@@ -107,6 +107,28 @@ final class ReassemblyTests: XCTestCase {
         XCTAssertEqual(requests(r.write(frame("T", "a") + frame("T", "b"), offset: 0, slots: 2)).count, 2)
     }
 
+    /// A busy refusal of a write that finishes a frame begun earlier (accepted, acknowledged)
+    /// and starts another changes nothing: the same write, again once there is room, gives both.
+    func testBusyRefusalKeepsTheFrameInProgressForTheSameWriteAgain() {
+        for offsets in [false, true] {
+            var r = FrameReassembler(maxFrame: 100)
+            XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
+            let next = Array("dT0000001e".utf8)
+            let offset = offsets ? 10 : 0  // the same value continued by a prepared write
+            XCTAssertEqual(r.write(next, offset: offset, slots: 1), .failure(.busy))
+            XCTAssertEqual(r.bufferedBytes, 2)
+            XCTAssertFalse(r.isAtFrameBoundary)
+            XCTAssertEqual(requests(r.write(next, offset: offset, slots: 2)),
+                           [FrameRequest(code: .text, body: Array("bcd".utf8)), FrameRequest(code: .text, body: Array("e".utf8))])
+            XCTAssertTrue(r.isAtFrameBoundary)
+        }
+        // A malformed write still restarts reassembly: the next write must start a frame.
+        var r = FrameReassembler(maxFrame: 100)
+        XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
+        XCTAssertEqual(r.write(Array("dX".utf8), offset: 0, slots: 1), .failure(.malformed("unknown code byte 0x58")))
+        XCTAssertEqual(requests(r.write(frame("T", "f"), offset: 0, slots: 1)), [FrameRequest(code: .text, body: Array("f".utf8))])
+    }
+
     func testRefusalsMapToTheDocumentedATTErrors() {
         XCTAssertEqual(WriteRefusal.tooLarge(size: 2, limit: 1).dbusError.name, "org.bluez.Error.Failed")
         XCTAssertEqual(WriteRefusal.tooLarge(size: 2, limit: 1).dbusError.message, "0x80")
