@@ -32,6 +32,8 @@ final class RawMode: ServeMode {
         var droppedWarned = false
         /// How output went last (for the log): true by notification, false through reads.
         var pushed: Bool?
+        /// Pieces of output handed to the notifier and not yet sent or diverted.
+        var pushing = 0
         var killTimer: TimerToken?
 
         init(device: String, queue: Int) {
@@ -225,16 +227,23 @@ final class RawMode: ServeMode {
     }
 
     private func deliver(_ bytes: [UInt8], to s: Session) {
-        let push = server.canPush(to: s.device)
+        // Output keeps its order: while earlier output waits in the notifier, later output
+        // follows it there even if pushing is no longer possible (the notifier diverts both in
+        // order); while output waits in the read queue, later output waits behind it.
+        let push = (server.canPush(to: s.device) && s.replies.isEmpty) || s.pushing > 0
         if s.pushed != push {
             s.pushed = push
             server.debug("\(Server.centralName(s.device)): output " + (push ? "by notifications"
                 : "queued for reads (notifications \(server.notifyCharacteristic.notifying ? "on" : "off"), \(server.peripheral.connectedDevices.count) centrals connected)"))
         }
         if push {
+            s.pushing += 1
             server.notifier.enqueue(bytes, chunk: server.notificationSize(for: s.device), target: s.device,
                                     divert: { [weak self, weak s] rest in
                                         if let self, let s { self.queueForRead(rest, s) }
+                                    },
+                                    done: { [weak s] in
+                                        if let s { s.pushing = max(0, s.pushing - 1) }
                                     })
         } else {
             queueForRead(bytes, s)

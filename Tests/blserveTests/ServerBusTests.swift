@@ -537,6 +537,39 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.socketNotifications, throughSocket)
     }
 
+    /// Output still waiting in the notifier when pushing stops (another central connects) is
+    /// moved to the read queue; output that comes after it must go there after it, not before.
+    func testRawModeOutputKeepsItsOrderWhenPushingStops() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify(mtu: 517)
+        try bluez.setConnected(a, true)
+        bluez.pauseSocketReads(true)
+        var data: [UInt8] = []
+        // Until output waits in the notifier itself (the socket is full).
+        for n in 0..<2000 {
+            let piece = (0..<510).map { UInt8(truncatingIfNeeded: ($0 &+ n &* 510) &* 7 &+ n) }
+            ok(bluez.write(piece, from: a, mtu: 517))
+            data += piece
+            settle(0.01)
+            if server.notifier.pendingBytes > 0 { break }
+        }
+        XCTAssertGreaterThan(server.notifier.pendingBytes, 0, "nothing waits in the notifier: the test proves nothing")
+        try bluez.setConnected(b, true)
+        ok(bluez.write(Array("tail".utf8), from: a, mtu: 517))
+        settle(0.3)
+        XCTAssertGreaterThan(server.notifier.pendingBytes, 0, "the notifier ran dry: the test proves nothing")
+        bluez.pauseSocketReads(false)
+        XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
+        let notified = Array(bluez.notifications.joined())
+        var got = notified
+        XCTAssertTrue(loop.run(until: {
+            got += self.bluez.readAll(from: self.a, mtu: 517)
+            return got.count >= data.count + 4
+        }, timeout: 10))
+        XCTAssertEqual(got.count, data.count + 4)
+        XCTAssertTrue(got == data + Array("tail".utf8), "output out of order")
+    }
+
     /// A socket carries a central's output only while that central is the only one connected
     /// and the socket is its own: from BlueZ 5.76 a socket reaches its central only, up to 5.75
     /// every subscriber (bluez-notes §3.8). Otherwise the output is a signal.
