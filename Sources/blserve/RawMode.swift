@@ -135,9 +135,12 @@ final class RawMode: ServeMode {
     }
 
     func shutdown() {
-        for s in sessions.values {
+        for s in Array(sessions.values) + Array(ending.values) {
             answerDeferred(s)
             closeStdin(s)
+            // COMMAND was reaped, but what it started still holds its stdout: the server's
+            // terminateAll no longer sees that group (nor waits for a hang-up's SIGKILL timer).
+            if let process = s.process, process.status != nil { process.signalGroup(SIGKILL) }
         }
     }
 

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import BLBlueZ
 import BLCommand
 import BLDBus
@@ -54,6 +59,9 @@ final class StreamMode: ServeMode {
     func shutdown() {
         if let w = stdoutWatch { loop.remove(w) }
         stdoutWatch = nil
+        // COMMAND was reaped, but what it started still holds its stdout: the server's
+        // terminateAll no longer sees that group.
+        if let process, process.status != nil { process.signalGroup(SIGKILL) }
     }
 
     private func start() {

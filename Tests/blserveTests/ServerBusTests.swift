@@ -599,6 +599,42 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(loop.run(until: { !self.server.notifyCharacteristic.notifying }, timeout: 5))
     }
 
+    /// Whether `pid` is a live process (not gone, not a zombie).
+    private func isAlive(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return false }
+        let state = stat[stat.index(close, offsetBy: 2)]
+        return state != "Z" && state != "X"
+    }
+
+    /// COMMAND ended, but something it started holds its stdout: stopping blserve ends that too
+    /// (the server's terminateAll sees only the processes it has not reaped).
+    private func checkStopEndsWhatAReapedCommandLeft(mode: String) throws {
+        try start(["--mode", mode, "sh", "-c", "sleep 300 & echo $!"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        if mode == "raw" { ok(bluez.write(Array("x".utf8), from: a)) }
+        XCTAssertTrue(loop.run(until: {
+            self.bluez.notifications.joined().contains(0x0A) && self.server.children.running.isEmpty
+        }, timeout: 5))
+        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
+        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        XCTAssertTrue(isAlive(pid), "the background sleep is not running: the test proves nothing")
+        server.shutdown()
+        // The loop is stopped now (its waits return at once): poll.
+        for _ in 0..<300 where isAlive(pid) { usleep(10_000) }
+        XCTAssertFalse(isAlive(pid), "\(mode) mode: sleep \(pid) still runs")
+        if isAlive(pid) { kill(pid, SIGKILL) }
+    }
+
+    func testRawModeStopEndsWhatAReapedCommandLeft() throws {
+        try checkStopEndsWhatAReapedCommandLeft(mode: "raw")
+    }
+
+    func testStreamModeStopEndsWhatAReapedCommandLeft() throws {
+        try checkStopEndsWhatAReapedCommandLeft(mode: "stream")
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
