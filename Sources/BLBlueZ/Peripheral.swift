@@ -11,7 +11,8 @@ import BLDBus
 /// Registrations live only as long as bluetoothd does (fact 8). The peripheral watches
 /// `NameOwnerChanged` for `org.bluez` and `InterfacesAdded`/`InterfacesRemoved` of its adapter,
 /// and registers again as soon as bluetoothd (or the adapter) is back, retrying every
-/// ``retryInterval`` seconds until it succeeds. It also follows `Device1.Connected` of the
+/// ``retryInterval`` seconds until it succeeds; an advertisement bluetoothd releases by itself
+/// is registered again the same way. It also follows `Device1.Connected` of the
 /// adapter's devices, so the server knows which centrals are connected.
 ///
 /// Only calls from bluetoothd's current unique name reach the application's callbacks; any other
@@ -79,6 +80,9 @@ public final class Peripheral {
             guard let self, let owner = self.bluezOwner else { return false }
             return call.sender == owner
         }
+        // bluetoothd dropped the advertisement by itself (its adapter's advertising manager went,
+        // or the kernel removed the instance): register again, or centrals no longer find us.
+        advertisement?.onRelease = { [weak self] in self?.advertisementReleased() }
     }
 
     // MARK: - Starting and stopping
@@ -245,6 +249,15 @@ public final class Peripheral {
         setState(.waiting(error.oneLine))
         onRegistrationError?(error)
         scheduleRetry(after: 1)
+    }
+
+    private func advertisementReleased() {
+        guard running, state == .registered else { return }
+        // The application is still registered: that call answers AlreadyExists, taken as done.
+        generation += 1
+        attemptInFlight = false
+        setState(.waiting("bluetoothd released the advertisement"))
+        scheduleRetry()
     }
 
     /// Everything bluetoothd held for us is gone (it exited, or the adapter went away).

@@ -109,6 +109,14 @@ final class FakeBluetoothd {
         }
     }
 
+    /// Drops the server's advertisement as bluetoothd does by itself (its advertising manager
+    /// went, or the kernel removed the instance): forgets it, then calls Release.
+    func releaseAdvertisement(of server: String, path: String) {
+        advertisements[server + path] = nil
+        connection.call(destination: server, path: path, interface: BlueZ.advertisementInterface, member: "Release",
+                        timeout: 5) { _ in }
+    }
+
     /// Collects the Value changes `server` emits (what bluetoothd turns into notifications).
     func watchNotifications(of server: String) throws {
         serverName = server

@@ -101,6 +101,16 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(ad["Discoverable"]?.bool, true)
     }
 
+    func testAdvertisesAgainAfterBluetoothdReleasedTheAdvertisement() throws {
+        try start(["cat"])
+        let key = connection.uniqueName + "/org/blpipe/blserve_advertisement"
+        XCTAssertNotNil(bluez.advertisements[key])
+        bluez.releaseAdvertisement(of: connection.uniqueName, path: "/org/blpipe/blserve_advertisement")
+        XCTAssertTrue(loop.run(until: { self.bluez.advertisements[key] != nil && self.server.peripheral.state == .registered },
+                               timeout: 5), "not advertising again: \(server.peripheral.state)")
+        XCTAssertEqual(server.peripheral.registrationCount, 2)
+    }
+
     func testNordicUARTLayout() throws {
         try start(["--nus", "--write-without-response", "--mode", "raw", "cat"])
         let app = try XCTUnwrap(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
