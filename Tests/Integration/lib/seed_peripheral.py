@@ -10,7 +10,8 @@ MODE:
         "you said" sentence, a U frame by downloading the URL (an image becomes an I frame,
         anything else a T frame with an error text). The reply is queued for that central,
         the doorbell N0000000 is notified, and each read returns the next piece (at most
-        min(MTU-3, 512) bytes) of the oldest reply, or an empty value.
+        min(MTU-3, 512) bytes) of the oldest reply, or an empty value. With
+        BL_SEED000_READ_DELAY=S every read is answered only after S seconds (a slow link).
   001   seed 001: read + notify characteristic notifying the Unix time every second; reads
         honour the offset (past the end: InvalidOffset).
   002   seed 002: on subscription, notifies TEXT in 20-byte pieces, then EOM.
@@ -133,9 +134,13 @@ def main():
                     queues.setdefault(central, []).append(reply)
                     chrc.notify(b"N0000000")
 
+        read_delay = float(os.environ.get("BL_SEED000_READ_DELAY", "0"))
+
         def on_read(central, options):
             offset = int(options.get("offset", 0))
             mtu = int(options.get("mtu", 23))
+            if read_delay:
+                time.sleep(read_delay)
             if offset == 0:
                 queue = queues.get(central, [])
                 if not queue:
