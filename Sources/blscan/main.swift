@@ -22,7 +22,8 @@ let spec = CommandSpec(
       blscan --service 54f06857-695e-47e4-aea8-c78184ad6c75 --first
       blscan --rssi-min -70 --json --timeout 30
 
-    exit status: 0 success, 64 usage, 69 no adapter (or, with --first, no match in time).
+    exit status: 0 success, 64 usage, 69 no adapter (or, with --first, no match in time),
+    74 output error, 75 bluetoothd did not answer in time, 77 not permitted, 130 interrupted.
     """
 )
 

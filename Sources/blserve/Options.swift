@@ -58,7 +58,7 @@ enum BlserveCommand {
 
         exit status: 0 after SIGINT or SIGTERM (or, in stream mode, when COMMAND's output was
         sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter, bluetoothd or system bus,
-        or COMMAND not found, 74 registration failed.
+        or COMMAND not found, 71 signals cannot be handled, 74 registration failed.
         """
     )
 }
