@@ -25,7 +25,8 @@ STATIC_TOOLS = blframe
 # Tools on libdbus link it dynamically (it pulls in libsystemd); the Swift runtime is still static.
 DBUS_TOOLS = blscan blsend blrecv blserve
 TOOLS = $(STATIC_TOOLS) $(DBUS_TOOLS)
-SWIFT ?= swift
+# The toolchain on PATH, else the usual /opt/swift (sudo resets PATH to its secure_path).
+SWIFT ?= $(shell command -v swift 2>/dev/null || echo /opt/swift/usr/bin/swift)
 SWIFT_RELEASE = $(SWIFT) build -c release --static-swift-stdlib
 
 .PHONY: all build test check demo bench bench-smoke fuzz install uninstall deps clean
@@ -36,9 +37,10 @@ deps:
 	scripts/install-deps
 
 build: deps
-	$(SWIFT_RELEASE) --scratch-path .build/static -Xswiftc -static-executable $(addprefix --product ,$(STATIC_TOOLS)) 2>&1 \
-		| grep -v "statically linked applications requires at runtime" || true
-	@test -x .build/static/release/blframe || { echo "make: release build failed" >&2; exit 1; }
+	@mkdir -p .build
+	{ $(SWIFT_RELEASE) --scratch-path .build/static -Xswiftc -static-executable $(addprefix --product ,$(STATIC_TOOLS)) 2>&1; \
+		echo $$? > .build/static-build-status; } | { grep -v "statically linked applications requires at runtime" || true; }
+	@test "$$(cat .build/static-build-status)" = 0 || { echo "make: release build of $(STATIC_TOOLS) failed" >&2; exit 1; }
 	$(SWIFT_RELEASE)
 	mkdir -p .build/bin
 	cp $(addprefix .build/static/release/,$(STATIC_TOOLS)) $(addprefix .build/release/,$(DBUS_TOOLS)) .build/bin/
@@ -67,7 +69,7 @@ bench: build
 	scripts/bench/vm-run --timeout 3000 -- $(BENCH_ENV) scripts/bench-blserve
 
 fuzz: deps
-	scripts/fuzz $(FUZZ_SECONDS)
+	PATH="$(dir $(SWIFT)):$$PATH" scripts/fuzz $(FUZZ_SECONDS)
 
 install: build
 	install -d $(BINDIR) $(MANDIR) $(BASHDIR) $(ZSHDIR) $(FISHDIR)
