@@ -20,4 +20,28 @@ complete -c blserve -l secure -d 'Require an encrypted link'
 complete -c blserve -s v -l verbose -d 'Log one line per request'
 complete -c blserve -s h -l help -d 'Show help and exit'
 complete -c blserve -l version -d 'Show the version and exit'
-complete -c blserve -n '__fish_is_first_arg' -a '(__fish_complete_command)' -d 'Command'
+# COMMAND: while no word other than options and their values has been given yet.
+function __blserve_wants_command
+    string match -q -- '-*' (commandline -ct); and return 1
+    set -l words (commandline -opc)
+    set -e words[1]
+    set -l with_value -m --mode -a --adapter -n --name --service --char -c --reply-code -r --reply \
+        --chunk -t --handler-timeout --max-frame --max-queue --max-held --allow
+    set -l skip 0
+    set -l options_end 0
+    for w in $words
+        if test $options_end = 1
+            return 1
+        else if test $skip = 1
+            set skip 0
+        else if test "$w" = --
+            set options_end 1
+        else if contains -- $w $with_value
+            set skip 1
+        else if not string match -q -- '-*' $w
+            return 1
+        end
+    end
+    return 0
+end
+complete -c blserve -n '__blserve_wants_command' -a '(__fish_complete_command)' -d 'Command'
