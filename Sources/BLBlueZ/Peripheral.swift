@@ -53,6 +53,10 @@ public final class Peripheral {
     public private(set) var bluezOwner: String?
     /// How many times the registration has succeeded (1 after start, +1 per re-registration).
     public private(set) var registrationCount = 0
+    /// How many times bluetoothd released the advertisement by itself, and how many times it
+    /// was registered again after that (the rest of the registration staying).
+    public private(set) var advertisementsReleased = 0
+    public private(set) var advertisementsRenewed = 0
 
     public var onStateChange: ((State) -> Void)?
     /// A registration call failed (the peripheral retries by itself).
@@ -251,13 +255,31 @@ public final class Peripheral {
         scheduleRetry(after: 1)
     }
 
+    /// Only the advertisement went: the application, the links and the subscriptions stay, so
+    /// the state stays `registered` (the server would otherwise drop every central's session);
+    /// the advertisement alone is registered again, retried every second until it is.
     private func advertisementReleased() {
-        guard running, state == .registered else { return }
-        // The application is still registered: that call answers AlreadyExists, taken as done.
-        generation += 1
-        attemptInFlight = false
-        setState(.waiting("bluetoothd released the advertisement"))
-        scheduleRetry()
+        guard running, state == .registered, advertisement != nil else { return }
+        advertisementsReleased += 1
+        registerAdvertisementAgain(generation)
+    }
+
+    private func registerAdvertisementAgain(_ gen: Int) {
+        guard let advertisement else { return }
+        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.advertisingManagerInterface,
+                 member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
+                 timeout: 15) { [weak self] result in
+            guard let self, gen == self.generation, self.running, self.state == .registered else { return }
+            if case .failure(let error) = result, !Self.alreadyExists(error) {
+                self.onRegistrationError?(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
+                _ = self.loop.schedule(after: 1) { [weak self] in
+                    guard let self, gen == self.generation else { return }
+                    self.registerAdvertisementAgain(gen)
+                }
+                return
+            }
+            self.advertisementsRenewed += 1
+        }
     }
 
     /// Everything bluetoothd held for us is gone (it exited, or the adapter went away).
@@ -312,16 +334,23 @@ public final class Peripheral {
     private func propertiesChanged(_ path: String, _ interface: String, _ changed: [String: DBusValue]) {
         guard running else { return }
         if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool {
-            setConnected(path, connected)
+            setConnected(path, connected, changeSignalled: true)
         } else if interface == BlueZ.adapterInterface, path == adapterPath, changed["Powered"]?.bool == true {
             poweringRequested = false
             if state != .registered { attempt() }
         }
     }
 
-    private func setConnected(_ device: String, _ connected: Bool) {
+    private func setConnected(_ device: String, _ connected: Bool, changeSignalled: Bool = false) {
         guard device.hasPrefix(adapterPath + "/dev_") else { return }
-        if connected == connectedDevices.contains(device) { return }
+        if connected == connectedDevices.contains(device) {
+            // Connected=false signalled for a device never seen connected: bluetoothd sends
+            // property changes from an idle callback, so a connection that came and went in one
+            // pass of its loop is one Connected=false. It may have written meanwhile: its state
+            // must go all the same.
+            if !connected && changeSignalled { onConnectionChange?(device, false) }
+            return
+        }
         if connected { connectedDevices.insert(device) } else { connectedDevices.remove(device) }
         onConnectionChange?(device, connected)
     }

@@ -101,14 +101,21 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(ad["Discoverable"]?.bool, true)
     }
 
+    /// Only the advertisement is registered again: a central connected meanwhile keeps its
+    /// session (its request in progress is answered).
     func testAdvertisesAgainAfterBluetoothdReleasedTheAdvertisement() throws {
-        try start(["cat"])
+        try start(["sh", "-c", "sleep 0.5; cat"])
         let key = connection.uniqueName + "/org/blpipe/blserve_advertisement"
         XCTAssertNotNil(bluez.advertisements[key])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "hi"), from: a))
         bluez.releaseAdvertisement(of: connection.uniqueName, path: "/org/blpipe/blserve_advertisement")
-        XCTAssertTrue(loop.run(until: { self.bluez.advertisements[key] != nil && self.server.peripheral.state == .registered },
-                               timeout: 5), "not advertising again: \(server.peripheral.state)")
-        XCTAssertEqual(server.peripheral.registrationCount, 2)
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.advertisementsReleased == 1 }, timeout: 5))
+        XCTAssertEqual(server.peripheral.state, .registered)
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.advertisementsRenewed == 1 }, timeout: 5), "not advertising again")
+        XCTAssertNotNil(bluez.advertisements[key])
+        XCTAssertEqual(server.peripheral.registrationCount, 1, "the application was registered again too")
+        XCTAssertEqual(reply(for: a, bytes: 10), "T0000002hi")
     }
 
     func testNordicUARTLayout() throws {
@@ -671,6 +678,17 @@ final class ServerBusTests: XCTestCase {
         for i in 1...5 { try bluez.setConnected(FakeBluetoothd.device(i), false) }
         XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
                       "\(server.children.running.count) commands still run for centrals that left")
+    }
+
+    /// bluetoothd can announce a connection that came and went as one Connected=false: the
+    /// central's state (here its running COMMAND) goes all the same.
+    func testADisconnectOfACentralNeverSeenConnectedEndsItsState() throws {
+        try start(["sleep", "30"])
+        ok(bluez.write(frame("T", "x"), from: a))
+        XCTAssertTrue(loop.run(until: { self.server.children.running.count == 1 }, timeout: 5))
+        try bluez.setConnected(a, false)
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+                      "the command of a central that left still runs")
     }
 
     func testACentralThatReconnectsGetsNoReplyFromItsEarlierConnection() throws {
