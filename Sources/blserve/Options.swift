@@ -53,7 +53,7 @@ enum BlserveCommand {
           blserve examples/seed000-handler                    # drop-in for the seed 000 server
           blserve -n my-pi -- tr a-z A-Z                      # upper-case every text request
           blserve --reply-code raw -- sh -c 'blframe -c T < /etc/motd'
-          blserve --mode raw --nus --allow AA:BB:CC:DD:EE:FF -- /bin/sh -i
+          blserve --mode raw --nus --allow AA:BB:CC:DD:EE:FF --secure -- /bin/sh -i
           blserve --mode stream --chunk 20 --eom -- cat story.txt
 
         exit status: 0 after SIGINT or SIGTERM (or, in stream mode, when COMMAND's output was
