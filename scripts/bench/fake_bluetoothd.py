@@ -4,7 +4,7 @@ the real one). It owns org.bluez with adapter hci0 and one connected central, ta
 application's registration the way bluetoothd does (GetManagedObjects before the reply), then calls
 the application's characteristic the way bluetoothd does for that central, and measures.
 
-  fake_bluetoothd.py requests N      N seed-protocol requests (a 10-byte T frame written, the
+  fake_bluetoothd.py requests N      N seed-protocol requests (a T frame with a 10-byte body written, the
                                      doorbell awaited, the reply read), one after the other
   fake_bluetoothd.py commands N SIZE N write commands of SIZE bytes (no reply expected), then a
                                      Ping to the application, which it answers after all of them

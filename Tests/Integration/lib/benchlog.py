@@ -24,3 +24,9 @@ def fail(message):
 def check(condition, message):
     if not condition:
         fail(message)
+
+
+def payload(size):
+    """SIZE bytes that both ends of a benchmark can make (the sender sends, the receiver checks)."""
+    import random
+    return random.Random(size).randbytes(size)

@@ -29,8 +29,16 @@ async def main():
                 for i in range(0, len(data), chunk):
                     await client.write_gatt_char(target, data[i:i + chunk], response=(kind == "request"))
                 if kind == "command":
-                    # Commands are only queued; a read behind them means they went out.
-                    await client.read_gatt_char(target)
+                    # Commands are only queued; a read behind them means they went out. As
+                    # blsend does: a CCC descriptor of the service, which the peripheral's
+                    # bluetoothd answers itself (reading the characteristic would also wait
+                    # for the peripheral's program to take the writes: not the client's time).
+                    ccc = [d for c in client.services.get_service(service).characteristics
+                           for d in c.descriptors if d.uuid.startswith("00002902")]
+                    if ccc:
+                        await client.read_gatt_descriptor(ccc[0])
+                    else:
+                        await client.read_gatt_char(target)
                 took = time.monotonic() - start
                 break
         except BleakError as exc:

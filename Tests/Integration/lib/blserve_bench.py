@@ -5,9 +5,12 @@
       answered through the doorbell and reads; prints one JSON line with every latency (seconds).
   blserve_bench.py bulk ADAPTER ADDRESS SIZE
       NUS layout: writes SIZE random bytes to RX with write commands and waits for the notification
-      "done"; then writes "GO" and collects SIZE bytes of notifications from TX. Prints one JSON
-      line with both durations (seconds, from the first write to the last byte)."""
+      "done SHA256HEX" (checked against the bytes sent); then writes "GO" and collects SIZE bytes of
+      notifications from TX (checked against benchlog.payload). Notifications come through
+      AcquireNotify's socket, as blrecv takes them. Prints one JSON line with both durations
+      (seconds, from the first write to the last byte)."""
 import asyncio
+import hashlib
 import json
 import os
 import sys
@@ -15,6 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from blserve_client import MAX_PIECE, NUS_RX, NUS_SERVICE, NUS_TX, SeedClient, check, connect_bleak, run  # noqa: E402
+from benchlog import payload  # noqa: E402
 
 
 async def latency(adapter, address, count):
@@ -40,10 +44,12 @@ async def bulk(adapter, address, size):
     done = asyncio.Event()
     full = asyncio.Event()
     mode = ["upload"]
+    digest = [b""]
 
     def on_notify(_char, value):
         if mode[0] == "upload":
-            if bytes(value) == b"done":
+            if bytes(value).startswith(b"done "):
+                digest[0] = bytes(value)[5:]
                 done.set()
             return
         received.extend(value)
@@ -54,7 +60,7 @@ async def bulk(adapter, address, size):
     try:
         rx = client.services.get_characteristic(NUS_RX)
         tx = client.services.get_characteristic(NUS_TX)
-        await client.start_notify(tx, on_notify)
+        await client.start_notify(tx, on_notify, bluez={"use_start_notify": False})
         piece = min(rx.max_write_without_response_size, MAX_PIECE)
         start = time.monotonic()
         for i in range(0, size, piece):
@@ -66,8 +72,11 @@ async def bulk(adapter, address, size):
         await client.write_gatt_char(rx, b"GO", response=False)
         await asyncio.wait_for(full.wait(), 300)
         download = time.monotonic() - start
+        await asyncio.sleep(0.5)  # anything beyond SIZE would show now
     finally:
         await client.disconnect()
+    check(digest[0] == hashlib.sha256(data).hexdigest().encode(), "upload: the peripheral got other bytes")
+    check(bytes(received) == payload(size), "download: got %d bytes, not the %d sent" % (len(received), size))
     print(json.dumps({"upload": upload, "download": download, "piece": piece, "bytes": len(received)}), flush=True)
 
 

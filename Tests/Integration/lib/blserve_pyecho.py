@@ -2,14 +2,19 @@
 """The baseline peripheral for scripts/bench-blserve: the seed 000 protocol in one Python process
 (python3-dbus, real bluetoothd), answering in-process instead of running a command per request.
 
-  blserve_pyecho.py ADAPTER frame   T frames are echoed back as T frames: per-central reassembly,
+  blserve_pyecho.py ADAPTER frame [push]
+                                    T frames are echoed back as T frames: per-central reassembly,
                                     a per-central reply queue, an N0000000 doorbell, reads in
                                     pieces of min(MTU-3, 512) — what blserve does, minus the process.
-  blserve_pyecho.py ADAPTER bulk N  NUS layout with write-without-response: counts what is written
-                                    to RX and notifies "done" on TX once N bytes have come; the write
-                                    "GO" makes it notify N bytes on TX in pieces of min(MTU-5, 512).
+                                    With push, the reply is notified instead (pieces of
+                                    min(MTU-3, 512)), as blserve --reply push does.
+  blserve_pyecho.py ADAPTER bulk N  NUS layout with write-without-response: hashes what is written
+                                    to RX and notifies "done SHA256HEX" on TX once N bytes have come;
+                                    the write "GO" makes it notify payload(N) on TX in pieces of
+                                    min(MTU-5, 512).
 
 Prints "ready" once registered and advertising; runs until SIGTERM."""
+import hashlib
 import os
 import signal
 import sys
@@ -17,6 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dbus  # noqa: E402
 from bench import Adapter, Advertisement, Application, Bench  # noqa: E402
+from benchlog import payload  # noqa: E402
 from gi.repository import GLib  # noqa: E402
 
 SEED_SERVICE = "54f06857-695e-47e4-aea8-c78184ad6c75"
@@ -33,7 +39,7 @@ class Central:
         self.piece = b""
 
 
-def frame_server(bench, adapter):
+def frame_server(bench, adapter, push=False):
     app = Application(bench)
     chrc = app.add_service(SEED_SERVICE).add_characteristic(SEED_CHAR)
     centrals = {}
@@ -47,8 +53,14 @@ def frame_server(bench, adapter):
                 break
             body = bytes(state.buffer[8:8 + size])
             del state.buffer[:8 + size]
-            state.replies.append(b"T%07d" % len(body) + body)
-            chrc.notify(b"N0000000")
+            reply = b"T%07d" % len(body) + body
+            if push:
+                n = min(int(options.get("mtu", 23)) - 3, 512)
+                for i in range(0, len(reply), n):
+                    chrc.notify(reply[i:i + n])
+            else:
+                state.replies.append(reply)
+                chrc.notify(b"N0000000")
 
     def on_read(central, options):
         state = centrals.setdefault(central, Central())
@@ -77,20 +89,21 @@ def bulk_server(bench, adapter, total):
     service = app.add_service(NUS_SERVICE)
     rx = service.add_characteristic(NUS_RX, ("write", "write-without-response"))
     tx = service.add_characteristic(NUS_TX, ("read", "notify"))
-    received = [0]
+    received = [0, hashlib.sha256()]
 
     def on_write(central, data, options):
         if data == b"GO":
             mtu = int(options.get("mtu", 23))
             piece = min(mtu - 5, 512)
-            chunk = os.urandom(piece)
+            data = payload(total)
             for i in range(0, total, piece):
-                tx.notify(chunk[:min(piece, total - i)])
+                tx.notify(data[i:i + piece])
             return
         received[0] += len(data)
+        received[1].update(data)
         if received[0] >= total:
-            received[0] = 0
-            tx.notify(b"done")
+            tx.notify(b"done " + received[1].hexdigest().encode())
+            received[0], received[1] = 0, hashlib.sha256()
 
     rx.on_write = on_write
     tx.on_read = lambda central, options: b"%d" % received[0]
@@ -105,7 +118,7 @@ def main():
     bench = Bench()
     adapter = Adapter(bench, adapter_name)
     if mode == "frame":
-        keep = frame_server(bench, adapter)
+        keep = frame_server(bench, adapter, push=sys.argv[3:4] == ["push"])
     elif mode == "bulk":
         keep = bulk_server(bench, adapter, int(sys.argv[3]))
     else:
