@@ -85,7 +85,7 @@ final class FrameMode: ServeMode {
             return
         }
         let slots = config.maxQueue - c.outstanding
-        switch c.reassembler.write(value, offset: options.offset, slots: slots) {
+        switch c.reassembler.write(value, offset: options.offset, slots: slots, retryable: call.expectsReply) {
         case .failure(let refusal):
             server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(refusal)")
             call.fail(refusal.dbusError)

@@ -56,10 +56,13 @@ enum WriteRefusal: Error, Equatable, CustomStringConvertible {
 /// changes nothing.
 ///
 /// Bodies are collected up to `maxFrame` bytes: a header announcing more is refused at once
-/// (nothing of it is kept). A refused write is not applied. Refused as busy (no slot for a frame
-/// it starts), nothing changes and the same write can come again; refused as malformed or too
-/// large, reassembly restarts: the partial frame is dropped and the next write must start a
-/// frame. `N` frames (an empty "notify" frame) are accepted and ignored; they are not requests.
+/// (nothing of it is kept). A refused write is not applied. A whole write request (`retryable`:
+/// it expects a reply and has no offset) refused as busy (no slot for a frame it starts)
+/// changes nothing: the central learns of it and can write the same again. Any other refusal
+/// restarts reassembly: the partial frame is dropped and the next write must start a frame (a
+/// write command's refusal is dropped unseen, and a refused piece of a prepared write is sent
+/// again with the pieces before it; keeping the frame would then splice in the wrong bytes).
+/// `N` frames (an empty "notify" frame) are accepted and ignored; they are not requests.
 struct FrameReassembler {
     let maxFrame: Int
     private var decoder: FrameDecoder
@@ -85,9 +88,10 @@ struct FrameReassembler {
         valueLength = 0
     }
 
-    /// Feeds one write. `slots` is how many more requests the central may have outstanding.
+    /// Feeds one write. `slots` is how many more requests the central may have outstanding;
+    /// `retryable`: the writer gets the refusal and may send the same write again.
     /// Returns the frames the write completed, or the refusal (then nothing of the write counts).
-    mutating func write(_ value: [UInt8], offset: Int, slots: Int) -> Result<[FrameRequest], WriteRefusal> {
+    mutating func write(_ value: [UInt8], offset: Int, slots: Int, retryable: Bool = true) -> Result<[FrameRequest], WriteRefusal> {
         if offset != 0 && offset != valueLength {
             return .failure(.invalidOffset(offset: offset, expected: valueLength))
         }
@@ -132,7 +136,7 @@ struct FrameReassembler {
                 }
             }
         }
-        if refusal == .busy {
+        if refusal == .busy && retryable && offset == 0 {
             // Not applied at all, so the central can write the same again once it has read:
             // a frame begun in earlier writes (accepted, acknowledged) must not be lost.
             decoder = before.decoder
@@ -205,6 +209,17 @@ struct ReplyQueue {
         replies.removeAll()
         position = 0
         lastPiece = []
+    }
+
+    /// Takes every byte not yet handed out, in order, leaving the queue empty (a read at an
+    /// offset still continues the last piece).
+    mutating func takeUnread() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(pendingBytes)
+        for (i, reply) in replies.enumerated() { out += i == 0 ? reply[position...] : reply[...] }
+        replies.removeAll()
+        position = 0
+        return out
     }
 
     /// The size of a piece for a link with this ATT MTU.

@@ -107,23 +107,33 @@ final class ReassemblyTests: XCTestCase {
         XCTAssertEqual(requests(r.write(frame("T", "a") + frame("T", "b"), offset: 0, slots: 2)).count, 2)
     }
 
-    /// A busy refusal of a write that finishes a frame begun earlier (accepted, acknowledged)
-    /// and starts another changes nothing: the same write, again once there is room, gives both.
+    /// A busy refusal of a write request that finishes a frame begun earlier (accepted,
+    /// acknowledged) and starts another changes nothing: the same write, again once there is
+    /// room, gives both.
     func testBusyRefusalKeepsTheFrameInProgressForTheSameWriteAgain() {
-        for offsets in [false, true] {
+        var r = FrameReassembler(maxFrame: 100)
+        XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
+        let next = Array("dT0000001e".utf8)
+        XCTAssertEqual(r.write(next, offset: 0, slots: 1), .failure(.busy))
+        XCTAssertEqual(r.bufferedBytes, 2)
+        XCTAssertFalse(r.isAtFrameBoundary)
+        XCTAssertEqual(requests(r.write(next, offset: 0, slots: 2)),
+                       [FrameRequest(code: .text, body: Array("bcd".utf8)), FrameRequest(code: .text, body: Array("e".utf8))])
+        XCTAssertTrue(r.isAtFrameBoundary)
+
+        // A write command (its refusal is never seen, the central goes on) and a piece of a
+        // prepared write (sent again with the pieces before it) restart reassembly instead:
+        // the next bytes must not be spliced onto the begun frame.
+        for (retryable, offset) in [(false, 0), (true, 10)] {
             var r = FrameReassembler(maxFrame: 100)
             XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
-            let next = Array("dT0000001e".utf8)
-            let offset = offsets ? 10 : 0  // the same value continued by a prepared write
-            XCTAssertEqual(r.write(next, offset: offset, slots: 1), .failure(.busy))
-            XCTAssertEqual(r.bufferedBytes, 2)
-            XCTAssertFalse(r.isAtFrameBoundary)
-            XCTAssertEqual(requests(r.write(next, offset: offset, slots: 2)),
-                           [FrameRequest(code: .text, body: Array("bcd".utf8)), FrameRequest(code: .text, body: Array("e".utf8))])
-            XCTAssertTrue(r.isAtFrameBoundary)
+            XCTAssertEqual(r.write(next, offset: offset, slots: 1, retryable: retryable), .failure(.busy))
+            XCTAssertTrue(r.isAtFrameBoundary, "retryable \(retryable), offset \(offset)")
+            XCTAssertEqual(r.bufferedBytes, 0)
+            XCTAssertEqual(requests(r.write(frame("T", "hi"), offset: 0, slots: 1)), [FrameRequest(code: .text, body: Array("hi".utf8))])
         }
         // A malformed write still restarts reassembly: the next write must start a frame.
-        var r = FrameReassembler(maxFrame: 100)
+        r = FrameReassembler(maxFrame: 100)
         XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
         XCTAssertEqual(r.write(Array("dX".utf8), offset: 0, slots: 1), .failure(.malformed("unknown code byte 0x58")))
         XCTAssertEqual(requests(r.write(frame("T", "f"), offset: 0, slots: 1)), [FrameRequest(code: .text, body: Array("f".utf8))])
