@@ -163,6 +163,7 @@ final class Writer {
     }
 
     func start() {
+        guard !finished else { return }  // an interrupt that came before ended it already
         stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }

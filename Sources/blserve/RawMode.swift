@@ -122,12 +122,16 @@ final class RawMode: ServeMode {
     }
 
     func connectionChanged(device: String, connected: Bool) {
-        guard !connected, let s = sessions[device] else { return }
-        hangUp(s)
+        if !connected, let s = sessions[device] { hangUp(s) }
+        // Another central left: the one still connected may be pushed to again.
+        if !connected { for s in sessions.values { resumePushing(s) } }
     }
 
     func notifyingChanged(_ on: Bool) {
-        for s in sessions.values { updateStdoutWatch(s) }
+        for s in sessions.values {
+            resumePushing(s)
+            updateStdoutWatch(s)
+        }
     }
 
     func centralsLost() {
@@ -230,6 +234,7 @@ final class RawMode: ServeMode {
     }
 
     private func deliver(_ bytes: [UInt8], to s: Session) {
+        resumePushing(s)
         // Output keeps its order: while earlier output waits in the notifier, later output
         // follows it there even if pushing is no longer possible (the notifier diverts both in
         // order); while output waits in the read queue, later output waits behind it.
@@ -240,17 +245,33 @@ final class RawMode: ServeMode {
                 : "queued for reads (notifications \(server.notifyCharacteristic.notifying ? "on" : "off"), \(server.peripheral.connectedDevices.count) centrals connected)"))
         }
         if push {
-            s.pushing += 1
-            server.notifier.enqueue(bytes, chunk: server.notificationSize(for: s.device), target: s.device,
-                                    divert: { [weak self, weak s] rest in
-                                        if let self, let s { self.queueForRead(rest, s) }
-                                    },
-                                    done: { [weak s] in
-                                        if let s { s.pushing = max(0, s.pushing - 1) }
-                                    })
+            pushOutput(bytes, to: s)
         } else {
             queueForRead(bytes, s)
         }
+    }
+
+    /// Once pushing to the central is possible again, what waits unread in its read queue is
+    /// notified, ahead of later output: a central that only takes notifications (a terminal
+    /// app, blrecv on a stream that is not frames) would otherwise never see it, nor anything
+    /// after it.
+    private func resumePushing(_ s: Session) {
+        guard !s.gone, s.pushing == 0, !s.replies.isEmpty, server.canPush(to: s.device) else { return }
+        let unread = s.replies.takeUnread()
+        server.debug("\(Server.centralName(s.device)): the only central again: \(unread.count) unread bytes notified")
+        pushOutput(unread, to: s)
+        updateStdoutWatch(s)
+    }
+
+    private func pushOutput(_ bytes: [UInt8], to s: Session) {
+        s.pushing += 1
+        server.notifier.enqueue(bytes, chunk: server.notificationSize(for: s.device), target: s.device,
+                                divert: { [weak self, weak s] rest in
+                                    if let self, let s { self.queueForRead(rest, s) }
+                                },
+                                done: { [weak s] in
+                                    if let s { s.pushing = max(0, s.pushing - 1) }
+                                })
     }
 
     private func queueForRead(_ bytes: [UInt8], _ s: Session) {

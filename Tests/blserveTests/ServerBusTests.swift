@@ -587,6 +587,23 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(got == data + Array("tail".utf8), "output out of order")
     }
 
+    /// Output that went to the read queue while another central was connected is notified once
+    /// the central is the only one again (a terminal app never reads), and later output after it.
+    func testRawModeNotifiesWhatWaitedUnreadOnceTheCentralIsAloneAgain() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        ok(bluez.write(Array("one".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 1 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications, [[]], "with two centrals the output waits to be read")
+        try bluez.setConnected(b, false)
+        ok(bluez.write(Array("two".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5))
+        XCTAssertEqual(String(decoding: bluez.notifications.joined(), as: UTF8.self), "onetwo")
+        XCTAssertEqual(bluez.readAll(from: a), [], "the same bytes must not also wait to be read")
+    }
+
     /// A socket carries a central's output only while that central is the only one connected
     /// and the socket is its own: from BlueZ 5.76 a socket reaches its central only, up to 5.75
     /// every subscriber (bluez-notes §3.8). Otherwise the output is a signal.
