@@ -87,18 +87,19 @@ public enum FileIO {
     /// take data, or has an error a write would report. True if it can (or has).
     @usableFromInline
     static func pollWritable(_ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
-        var entry = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-        while true {
-            let n = poll(&entry, 1, milliseconds)
-            if n >= 0 { return n > 0 }
-            if errno != EINTR { throw Errno.current }
-        }
+        try pollFor(Int16(POLLOUT), fd, milliseconds: milliseconds)
     }
 
     /// Waits up to `milliseconds` (-1: for as long as it takes) until `fd` has data, its end, or
     /// an error a read would report. True if it has.
     static func pollReadable(_ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
-        var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        try pollFor(Int16(POLLIN), fd, milliseconds: milliseconds)
+    }
+
+    /// poll(2) on one descriptor for `events`, retried on EINTR. True when it is ready.
+    @usableFromInline
+    static func pollFor(_ events: Int16, _ fd: Int32, milliseconds: Int32) throws(Errno) -> Bool {
+        var entry = pollfd(fd: fd, events: events, revents: 0)
         while true {
             let n = poll(&entry, 1, milliseconds)
             if n >= 0 { return n > 0 }
