@@ -343,6 +343,13 @@ public final class Subprocess {
         _ = kill(-pid, signal)
     }
 
+    /// Once the child has been reaped: sends SIGKILL to what it left running in its process
+    /// group (while its standard output is open, see ``signalGroup(_:)``). Before, nothing: the
+    /// child itself is ended by whoever waits for it.
+    public func killLeftovers() {
+        if status != nil { signalGroup(SIGKILL) }
+    }
+
     /// Sends SIGKILL to what is left of the child's process group. Only for `onExit`, which
     /// runs right after the child was reaped: Linux hands out process ids in turn, so its id
     /// cannot have been reused as another group's yet.

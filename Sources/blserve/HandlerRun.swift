@@ -112,7 +112,7 @@ final class HandlerRun {
         completion = nil
         // In its exit grace, COMMAND is reaped already and terminateAll no longer sees it:
         // end what it left behind now.
-        if let process, process.status != nil { process.signalGroup(SIGKILL) }
+        process?.killLeftovers()
         cancelTimers()
         if let stdinWatch { loop.remove(stdinWatch) }
         stdinWatch = nil
@@ -171,7 +171,7 @@ final class HandlerRun {
             if n == 0 {
                 // COMMAND has exited and what it left in its group has let go of stdout too:
                 // end those leftovers with the run (while the pipe is open the group id is safe).
-                if child.status != nil { child.signalGroup(SIGKILL) }
+                child.killLeftovers()
                 closeStdout()
                 checkDone()
                 return

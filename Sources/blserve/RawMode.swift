@@ -144,7 +144,7 @@ final class RawMode: ServeMode {
             closeStdin(s)
             // COMMAND was reaped, but what it started still holds its stdout: the server's
             // terminateAll no longer sees that group (nor waits for a hang-up's SIGKILL timer).
-            if let process = s.process, process.status != nil { process.signalGroup(SIGKILL) }
+            s.process?.killLeftovers()
         }
     }
 

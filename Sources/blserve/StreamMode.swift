@@ -1,8 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
 import BLBlueZ
 import BLCommand
 import BLDBus
@@ -61,7 +56,7 @@ final class StreamMode: ServeMode {
         stdoutWatch = nil
         // COMMAND was reaped, but what it started still holds its stdout: the server's
         // terminateAll no longer sees that group.
-        if let process, process.status != nil { process.signalGroup(SIGKILL) }
+        process?.killLeftovers()
     }
 
     private func start() {
