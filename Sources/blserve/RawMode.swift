@@ -122,9 +122,10 @@ final class RawMode: ServeMode {
     }
 
     func connectionChanged(device: String, connected: Bool) {
-        if !connected, let s = sessions[device] { hangUp(s) }
+        guard !connected else { return }
+        if let s = sessions[device] { hangUp(s) }
         // Another central left: the one still connected may be pushed to again.
-        if !connected { for s in sessions.values { resumePushing(s) } }
+        for s in sessions.values { resumePushing(s) }
     }
 
     func notifyingChanged(_ on: Bool) {
