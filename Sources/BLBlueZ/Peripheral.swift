@@ -229,16 +229,24 @@ public final class Peripheral {
                 self.registered()
                 return
             }
-            self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.advertisingManagerInterface,
-                          member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
-                          timeout: 15) { [weak self] result in
+            self.registerAdvertisement(advertisement) { [weak self] error in
                 guard let self, gen == self.generation, self.running else { return }
-                if case .failure(let error) = result, !Self.alreadyExists(error) {
-                    self.registrationFailed(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
+                if let error {
+                    self.registrationFailed(error)
                     return
                 }
                 self.registered()
             }
+        }
+    }
+
+    /// RegisterAdvertisement; `completion` gets nil when it is registered (AlreadyExists counts).
+    private func registerAdvertisement(_ advertisement: LEAdvertisement, completion: @escaping (DBusError?) -> Void) {
+        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.advertisingManagerInterface,
+                 member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
+                 timeout: 15) { [adapterName] result in
+            guard case .failure(let error) = result, !Self.alreadyExists(error) else { return completion(nil) }
+            completion(DBusError(name: error.name, message: "RegisterAdvertisement on \(adapterName): \(error.message)"))
         }
     }
 
@@ -266,12 +274,10 @@ public final class Peripheral {
 
     private func registerAdvertisementAgain(_ gen: Int) {
         guard let advertisement else { return }
-        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.advertisingManagerInterface,
-                 member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
-                 timeout: 15) { [weak self] result in
+        registerAdvertisement(advertisement) { [weak self] error in
             guard let self, gen == self.generation, self.running, self.state == .registered else { return }
-            if case .failure(let error) = result, !Self.alreadyExists(error) {
-                self.onRegistrationError?(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
+            if let error {
+                self.onRegistrationError?(error)
                 _ = self.loop.schedule(after: 1) { [weak self] in
                     guard let self, gen == self.generation else { return }
                     self.registerAdvertisementAgain(gen)
