@@ -205,7 +205,8 @@ public final class DBusConnection {
         guard let timeout else { return DBUS_TIMEOUT_USE_DEFAULT }
         let ms = (timeout * 1000).rounded(.up)
         if !(ms < Double(DBUS_TIMEOUT_INFINITE)) { return DBUS_TIMEOUT_INFINITE }
-        return max(1, Int32(ms))
+        // A deadline already past (or absurdly far back) expires at once.
+        return ms < 1 ? 1 : Int32(ms)
     }
 
     /// Sends a method call; `reply` is called once on the loop with the reply message, or with the

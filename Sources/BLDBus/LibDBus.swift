@@ -55,6 +55,10 @@ enum LibDBus {
     /// The corresponding C function is `dbus_signature_validate`.
     static func isValidSignature(_ s: String) -> Bool { !s.utf8.contains(0) && dbus_signature_validate(s, nil) != 0 }
 
+    /// The longest array a message may hold, in bytes (DBUS_MAXIMUM_ARRAY_LENGTH, 64 MiB):
+    /// libdbus aborts on a longer fixed array instead of failing.
+    static let maxArrayBytes = 64 << 20
+
     static func require(_ ok: Bool, _ what: @autoclosure () -> String) throws(DBusError) {
         if !ok { throw DBusError.invalidArgs(what()) }
     }
@@ -79,8 +83,10 @@ enum DBusCoding {
     static func validate(_ value: DBusValue, depth: Int = 0) throws(DBusError) {
         if depth > 64 { throw DBusError.invalidArgs("value nested too deeply") }
         switch value {
-        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double, .bytes:
+        case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double:
             return
+        case .bytes(let b):
+            try LibDBus.require(b.count <= LibDBus.maxArrayBytes, "byte array of \(b.count) bytes (at most \(LibDBus.maxArrayBytes))")
         case .string(let s):
             try LibDBus.require(!s.utf8.contains(0), "string contains a NUL character")
         case .objectPath(let p):
@@ -110,6 +116,9 @@ enum DBusCoding {
             try LibDBus.require(!members.isEmpty, "empty struct")
             for m in members { try validate(m, depth: depth + 1) }
         case .variant(let inner):
+            // The variant's own signature is "v": what it holds is checked as a value of its own.
+            let s = inner.signature
+            try LibDBus.require(LibDBus.isValidSingleSignature(s), "invalid variant content signature '\(s)'")
             try validate(inner, depth: depth + 1)
         }
         if depth == 0 {

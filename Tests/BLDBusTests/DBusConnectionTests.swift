@@ -65,6 +65,18 @@ final class DBusConnectionTests: BusTestCase {
         }
     }
 
+    func testTimeoutsBecomeLibdbusMilliseconds() {
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(nil), -1, "libdbus's default")
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(2.5), 2500)
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(0.0001), 1, "rounded up, never 0")
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(.infinity), Int32.max, "DBUS_TIMEOUT_INFINITE")
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(1e12), Int32.max, "DBUS_TIMEOUT_INFINITE")
+        // Past or absurd deadlines expire at once instead of trapping in Int32(_:).
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(0), 1)
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(-3e9), 1)
+        XCTAssertEqual(DBusConnection.timeoutMilliseconds(-.infinity), 1)
+    }
+
     func testTimeoutYieldsNoReplyWithinTheTimeout() throws {
         try exportService { $0.method("Never") { call in self.parked.append(call) } }
         let t0 = MonotonicClock.seconds()

@@ -121,6 +121,12 @@ final class DBusValueTests: BusTestCase {
             .dictionary(keySignature: "s", valueSignature: "v", [(key: .string("k"), value: .string("not a variant"))]),
             .structure([]),
             .unixFD(OwnedFD(taking: -1)),
+            // Inside a variant the whole-value check sees only "v": libdbus would abort on these.
+            .variant(.array(elementSignature: String(repeating: "a", count: 32) + "y", [])),
+            .variant(.structure(Array(repeating: .byte(0), count: 300))),
+            .variant(.variant(.array(elementSignature: String(repeating: "a", count: 40) + "s", []))),
+            // Over libdbus's 64 MiB array limit (it aborts rather than failing).
+            .bytes([UInt8](repeating: 0, count: 64 * 1024 * 1024 + 1)),
         ]
         for v in invalid {
             XCTAssertThrowsError(try m.append(v), "\(v)") { error in
