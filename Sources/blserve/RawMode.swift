@@ -35,6 +35,8 @@ final class RawMode: ServeMode {
         /// Pieces of output handed to the notifier and not yet sent or diverted.
         var pushing = 0
         var killTimer: TimerToken?
+        /// COMMAND has exited while something it started still holds its stdout.
+        var graceTimer: TimerToken?
 
         init(device: String, queue: Int) {
             self.device = device
@@ -165,7 +167,7 @@ final class RawMode: ServeMode {
         s.bytesIn = 0
         s.bytesOut = 0
         s.droppedWarned = false
-        process.onExit = { [unowned self, unowned s] _ in self.checkEnded(s) }
+        process.onExit = { [unowned self, unowned s] _ in self.exited(s) }
         let stdin = QueuedOutput(fd: process.stdinFD, loop: loop, limit: Self.stdinHighWater)
         stdin.onRoom = { [unowned self, unowned s] in self.answerDeferred(s) }
         // COMMAND closed its stdin: nothing more can go in, and nobody waits for room.
@@ -223,6 +225,9 @@ final class RawMode: ServeMode {
         if n == 0 {
             if let w = s.stdoutWatch { loop.remove(w) }
             s.stdoutWatch = nil
+            // Once COMMAND has exited, what it left in its group ends with it (while the pipe is
+            // open the group id is safe).
+            s.process?.killLeftovers()
             s.process?.closeStdout()
             checkEnded(s)
             return
@@ -287,11 +292,30 @@ final class RawMode: ServeMode {
         }
     }
 
+    /// COMMAND was reaped. A run ends with its COMMAND, as in frame mode: what it left running
+    /// in its process group is killed now, or, while something still holds its stdout, after
+    /// a grace of a second (its output until then still reaches the central).
+    private func exited(_ s: Session) {
+        guard let process = s.process else { return }
+        if process.stdoutFD < 0 {
+            process.killGroupJustReaped()
+        } else {
+            s.graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak s] in
+                guard let s else { return }
+                s.graceTimer = nil
+                // The pipe is still open: the group id cannot have been reused.
+                s.process?.signalGroup(SIGKILL)
+            }
+        }
+        checkEnded(s)
+    }
+
     /// COMMAND's stdout ended and it was reaped: the session can take a new COMMAND.
     private func checkEnded(_ s: Session) {
         guard let process = s.process, let status = process.status, process.stdoutFD < 0 else { return }
-        if let killTimer = s.killTimer { loop.cancel(killTimer) }
+        for timer in [s.killTimer, s.graceTimer].compactMap({ $0 }) { loop.cancel(timer) }
         s.killTimer = nil
+        s.graceTimer = nil
         closeStdin(s)
         answerDeferred(s)
         s.process = nil

@@ -669,6 +669,38 @@ final class ServerBusTests: XCTestCase {
         try checkStopEndsWhatAReapedCommandLeft(mode: "stream")
     }
 
+    /// Raw mode: a COMMAND's run ends with it. What it left in its group is killed when it
+    /// ends (at once when nothing holds its stdout, after a second's grace otherwise), without
+    /// waiting for blserve to stop: a central must not pile up processes by making COMMAND
+    /// start and end again and again.
+    private func checkRawModeEndsWhatACommandLeft(holdingStdout: Bool) throws {
+        let background = holdingStdout ? "sleep 300 &" : "sleep 300 >/dev/null 2>&1 &"
+        try start(["--mode", "raw", "sh", "-c", "\(background) echo $!"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        ok(bluez.write(Array("x".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
+        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
+        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        XCTAssertTrue(loop.run(until: { !self.isAlive(pid) }, timeout: 4),
+                      "sleep \(pid), left by a COMMAND that ended, still runs (holding stdout: \(holdingStdout))")
+        if isAlive(pid) { kill(pid, SIGKILL) }
+        // The session is over: the next write starts a new COMMAND.
+        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5))
+        bluez.clearNotifications()
+        ok(bluez.write(Array("y".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5),
+                      "no new COMMAND for the next write")
+    }
+
+    func testRawModeEndsWhatACommandLeftWhenItEnds() throws {
+        try checkRawModeEndsWhatACommandLeft(holdingStdout: false)
+    }
+
+    func testRawModeEndsWhatACommandLeftHoldingItsStdoutAfterAGrace() throws {
+        try checkRawModeEndsWhatACommandLeft(holdingStdout: true)
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
