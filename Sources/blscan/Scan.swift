@@ -38,9 +38,12 @@ struct Scan {
         var found = 0
         var failure: ToolError?
         var done = false
+        /// The reader went away (EPIPE): a clean end, as for blrecv, not a failed search.
+        var readerGone = false
 
         func outputFailed(_ error: Errno) {
             if failure == nil { failure = ToolError.stdout(error) }
+            if failure == nil { readerGone = true }
             done = true
         }
         out.onFailure = outputFailed
@@ -94,7 +97,7 @@ struct Scan {
         }
         if let failure { throw failure }
         if interrupted.received != nil { throw ToolError.quiet(.interrupted) }
-        if first && found == 0 {
+        if first && found == 0 && !readerGone {
             throw ToolError(.unavailable, "no matching device found within \(formatSeconds(timeout)) s")
         }
     }
