@@ -36,12 +36,16 @@ public final class InterruptWatch {
     }
 
     /// Runs `body`; if a signal arrived meanwhile, whatever it threw becomes a quiet exit 130
-    /// (the signal stopped a wait, so the error is only its consequence).
+    /// (the signal stopped a wait, so the error is only its consequence), unless it is itself
+    /// an exit 130 with something to say (blsend: how many bytes were confirmed).
     public func guarding<T>(_ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch {
-            if received != nil { throw ToolError.quiet(.interrupted) }
+            if received != nil {
+                if let toolError = error as? ToolError, toolError.code == .interrupted { throw toolError }
+                throw ToolError.quiet(.interrupted)
+            }
             throw error
         }
     }

@@ -63,7 +63,7 @@ struct Send {
             receiver?.armSilenceTimer()
         }
         interrupted.onInterrupt = {
-            writer.finish(.failure(ToolError.quiet(.interrupted)))
+            writer.interrupt()
             receiver?.finish(.failure(ToolError.quiet(.interrupted)))
         }
         writer.start()
@@ -369,6 +369,11 @@ final class Writer {
             loop.sleep(1)
         }
         finish(.success(()))
+    }
+
+    /// SIGINT or SIGTERM: stop, saying how much got through.
+    func interrupt() {
+        finish(.failure(ToolError(.interrupted, "interrupted (\(confirmed) bytes confirmed)")))
     }
 
     func finish(_ result: Result<Void, ToolError>) {
