@@ -364,7 +364,9 @@ final class Writer {
         }
         // Nothing on the device can be read to learn when the commands have left. Ending a
         // connection we made right away could cut off those still queued in bluetoothd.
-        if socket != nil && characteristic.peer.madeConnection {
+        // (Through the socket or through WriteValue: either way a command is answered once it
+        // is queued, not sent.)
+        if type == .command && characteristic.peer.madeConnection {
             Tool.note("nothing to read on \(characteristic.peer.device.address) to confirm the last writes; waiting 1 s before disconnecting")
             loop.sleep(1)
         }
