@@ -47,26 +47,34 @@ struct Send {
 
         var receiver: NotificationReceiver?
         var replyOutcome: Result<Void, ToolError>?
+        var writer: Writer?
         if let replyOptions = options.reply {
             let notifying = target.notifyCharacteristic == target.writeCharacteristic
                 ? characteristic : try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
             let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
-            r.onFinish = { replyOutcome = $0 }
+            r.onFinish = { outcome in
+                replyOutcome = outcome
+                // --count replies came: standard input not read yet is left unread (what was read
+                // is still written), so `cat | blsend --reply --count 1` ends with its reply.
+                if case .success = outcome { writer?.endInput() }
+            }
             try r.start()
             receiver = r
         }
 
-        let writer = try Writer(characteristic: characteristic, type: type, eom: options.eom, progress: options.progress)
+        let w = try Writer(characteristic: characteristic, type: type, eom: options.eom, progress: options.progress)
+        writer = w
+        if case .success? = replyOutcome { w.endInput() }
         var sendOutcome: Result<Void, ToolError>?
-        writer.onFinish = { result in
+        w.onFinish = { result in
             sendOutcome = result
             receiver?.armSilenceTimer()
         }
         interrupted.onInterrupt = {
-            writer.interrupt()
+            w.interrupt()
             receiver?.finish(.failure(ToolError.quiet(.interrupted)))
         }
-        writer.start()
+        w.start()
         _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
         if case .failure(let error) = sendOutcome ?? .failure(ToolError.quiet(.interrupted)) {
             // Replies already received still go out (finish writes what the output holds).
@@ -164,16 +172,28 @@ final class Writer {
 
     func start() {
         guard !finished else { return }  // an interrupt that came before ended it already
-        stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
+        if !inputEnded {
+            stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
+        }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
             stallTimer = loop.schedule(after: 1, repeating: 1) { [weak self] in self?.checkStall() }
         }
+        if inputEnded { pump() }  // the replies came before the writing began
     }
 
     // MARK: Input
 
     private var pending: Int { end - head }
+
+    /// Takes no more of standard input: what was read already is written, then the writer
+    /// finishes as at end of input.
+    func endInput() {
+        guard !finished, !inputEnded else { return }
+        inputEnded = true
+        updateInputWatch()
+        pump()
+    }
 
     private func readInput() {
         if head > 0 && head == end {
