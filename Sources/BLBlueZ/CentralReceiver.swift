@@ -59,6 +59,8 @@ public final class NotificationReceiver {
     /// read's own echo (bluetoothd raises Value for a read too), the others are notifications.
     private var duringRead: [[UInt8]] = []
     private var held: [[UInt8]] = []
+    /// Bytes in ``held``: they count against the output's limit like queued output.
+    private var heldBytes = 0
     private var silenceTimer: TimerToken?
     private var lastActivity = MonotonicClock.seconds()
     private var finished = false
@@ -188,7 +190,7 @@ public final class NotificationReceiver {
     /// Takes the datagrams waiting on the socket, in order, as notifications. Returns true when
     /// the socket is at its end: bluetoothd closed it (the link went down) and nothing is left.
     private func takeDatagrams(_ fd: Int32, untilQueueFull: Bool) -> Bool {
-        while !finished && !(untilQueueFull && out.isFull) {
+        while !finished && !(untilQueueFull && isBehind) {
             let n = recv(fd, datagram.baseAddress, datagram.count, Int32(MSG_DONTWAIT))
             if n > 0 {
                 notification(Array(UnsafeRawBufferPointer(rebasing: datagram[0..<n])))
@@ -224,6 +226,7 @@ public final class NotificationReceiver {
         lastActivity = MonotonicClock.seconds()
         if pulling {
             held.append(value)
+            heldBytes += value.count
             return
         }
         if options.eom && value == NotificationReceiver.endOfMessage {
@@ -261,6 +264,7 @@ public final class NotificationReceiver {
             self.duringRead = []
             if case .success(let value) = result, let echo = seen.lastIndex(of: value) { seen.remove(at: echo) }
             self.held += seen
+            self.heldBytes += seen.reduce(0) { $0 + $1.count }
             switch result {
             case .success(let value) where value.isEmpty:
                 self.pulling = false
@@ -268,10 +272,15 @@ public final class NotificationReceiver {
                 // last one counted, finish() must not write them.
                 let held = self.held
                 self.held = []
+                self.heldBytes = 0
                 // A doorbell whose reads found nothing rang for another central (blserve rings
                 // every subscriber): no reply of ours.
                 if self.pulledValues > 0 { self.countReply() }
                 for value in held { self.notification(value) }
+                self.flush()
+                // Reading may have paused for what was held; the output's own pause ends with
+                // its onRoom.
+                if !self.finished, !self.out.isFull { self.resumeReading() }
             case .success(let value):
                 self.pulledValues += 1
                 self.write(value)
@@ -324,9 +333,10 @@ public final class NotificationReceiver {
             stdoutFailed(error)
             return
         }
-        if out.isFull, let socketWatch, !socketPaused {
+        if isBehind, let socketWatch, !socketPaused {
             loop.setEvents(socketWatch, [])
-            Tool.note("standard output is \(out.queuedCount) bytes behind: notifications wait in bluetoothd's socket")
+            let during = heldBytes > 0 ? " (\(heldBytes) of them notified during a read-pull)" : ""
+            Tool.note("standard output is \(out.queuedCount + heldBytes) bytes behind\(during): notifications wait in bluetoothd's socket")
         }
     }
 
@@ -338,10 +348,23 @@ public final class NotificationReceiver {
     /// Nothing is taken in until our own reader catches up.
     private var waitingForReader: Bool { out.isFull || pullWaiting || socketPaused }
 
+    /// What waits for our reader (queued output, and notifications held back during a pull)
+    /// has reached the output's limit: the socket is not read meanwhile.
+    private var isBehind: Bool { out.queuedCount + heldBytes >= out.limit }
+
     private func outputHasRoom() {
         guard !finished else { return }
         lastActivity = MonotonicClock.seconds()
-        if let socketWatch, socketPaused {
+        resumeReading()
+        if pullWaiting {
+            pullWaiting = false
+            pull()
+        }
+    }
+
+    /// Reads the socket again, unless what waits is still at the output's limit.
+    private func resumeReading() {
+        if let socketWatch, socketPaused, !isBehind {
             loop.setEvents(socketWatch, .readable)
             Tool.note("standard output caught up: reading notifications again")
         }
@@ -383,6 +406,7 @@ public final class NotificationReceiver {
             out.write(value)
         }
         held = []
+        heldBytes = 0
         var result = result
         do {
             try out.drain()
