@@ -127,12 +127,18 @@ public enum DeviceSelector: CustomStringConvertible, Sendable {
 extension BlueZClient {
     /// Finds a device: one bluetoothd already knows is used at once; otherwise the adapter scans
     /// for up to `scanTimeout` seconds. Exit status 69 when nothing matched in time.
+    ///
+    /// A name several known devices answer to (one of them perhaps long gone) is settled by
+    /// scanning: the first of them heard advertising is taken, unless one is connected.
     public func findDevice(_ selector: DeviceSelector, on adapter: Adapter, scanTimeout: Double,
                            serviceUUIDs: [String] = []) throws(ToolError) -> DeviceInfo {
-        let known = try managedObjects().devices(of: adapter)
-        // A connected device does not advertise, so prefer it; then any known match.
-        if let device = known.first(where: { selector.matches($0) && $0.connected }) ?? known.first(where: selector.matches) {
-            return device
+        let known = try managedObjects().devices(of: adapter).filter(selector.matches)
+        // A connected device does not advertise, so prefer it; then the only known match.
+        if let device = known.first(where: { $0.connected }) { return device }
+        if known.count == 1 { return known[0] }
+        let ambiguous = known.count > 1
+        if ambiguous {
+            Tool.note("\(known.count) known devices are named \(selector) (\(known.map(\.address).joined(separator: ", "))): scanning for one that is there")
         }
         let discovery = Discovery(client: self, adapter: adapter, filter: Discovery.Filter(uuids: serviceUUIDs))
         var found: DeviceInfo?
@@ -144,6 +150,10 @@ extension BlueZClient {
         _ = loop.run(until: { found != nil }, timeout: scanTimeout)
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
+            if ambiguous {
+                throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(known.map(\.address).joined(separator: ", "))), "
+                                + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")
+            }
             throw ToolError(.unavailable, "no device \(selector) found on \(adapter.name) within \(formatSeconds(scanTimeout)) s")
         }
         return device
