@@ -5,7 +5,8 @@
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PROJECT_DIR=$(cd "$BENCH_DIR/../.." && pwd)
-BENCH_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/blbench
+# BL_BENCH_CACHE: vm-run hands it to the guest, whose HOME is /root whoever started the VM.
+BENCH_CACHE=${BL_BENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/blbench}
 
 note() { printf '%s: %s\n' "${BENCH_TOOL:-bench}" "$*"; }
 die() { printf '%s: error: %s\n' "${BENCH_TOOL:-bench}" "$*" >&2; exit 1; }
