@@ -24,7 +24,7 @@ public enum FrameCode: UInt8, Sendable, CaseIterable, CustomStringConvertible {
     case text = 0x54
     /// `U`: a URL, as text.
     case url = 0x55
-    /// `I`: image bytes (PNG, JPEG, GIF, WebP, BMP…).
+    /// `I`: image bytes (PNG, JPEG, GIF, WebP, BMP, TIFF, HEIF/AVIF, ICO…).
     case image = 0x49
 
     /// The code for an ASCII letter, `N`, `T`, `U` or `I` (either case).
@@ -51,7 +51,7 @@ public enum FrameCode: UInt8, Sendable, CaseIterable, CustomStringConvertible {
 
 /// Image formats recognised from their first bytes.
 public enum ImageFormat: String, Sendable, CaseIterable {
-    case png, jpeg, gif, webp, bmp
+    case png, jpeg, gif, webp, bmp, tiff, heif, avif, ico
 
     /// How many leading bytes `init(signature:)` needs at most.
     public static let signatureLength = 12
@@ -72,6 +72,17 @@ public enum ImageFormat: String, Sendable, CaseIterable {
             self = .webp  // RIFF....WEBP
         } else if matches([0x42, 0x4D]) {
             self = .bmp  // BM
+        } else if matches([0x49, 0x49, 0x2A, 0x00]) || matches([0x4D, 0x4D, 0x00, 0x2A]) {
+            self = .tiff  // II*\0 (little-endian), MM\0* (big-endian)
+        } else if matches([0x00, 0x00, 0x01, 0x00]) && head.count >= 6 && head[4] != 0 && head[5] == 0 {
+            self = .ico  // reserved 0, type 1 (icon), then an image count of 1-255
+        } else if matches(Array("ftyp".utf8), at: 4), head.count >= 12 {
+            // An ISO base media file (HEIF, AVIF, but also MP4): the major brand says which.
+            switch String(decoding: head[8..<12], as: UTF8.self) {
+            case "heic", "heix", "heim", "heis", "hevc", "hevx", "mif1", "msf1": self = .heif
+            case "avif", "avis": self = .avif
+            default: return nil
+            }
         } else {
             return nil
         }
@@ -85,6 +96,10 @@ public enum ImageFormat: String, Sendable, CaseIterable {
         case .gif: "gif"
         case .webp: "webp"
         case .bmp: "bmp"
+        case .tiff: "tif"
+        case .heif: "heic"
+        case .avif: "avif"
+        case .ico: "ico"
         }
     }
 }

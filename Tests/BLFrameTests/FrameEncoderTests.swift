@@ -52,7 +52,20 @@ final class FrameEncoderTests: XCTestCase {
         XCTAssertEqual(ImageFormat(signature: bytes("RIFF\0\0\0\0WEBPVP8 ")), .webp)
         XCTAssertNil(ImageFormat(signature: bytes("RIFF\0\0\0\0WAVE")))
         XCTAssertEqual(ImageFormat(signature: bytes("BM6\0")), .bmp)
+        XCTAssertEqual(ImageFormat(signature: bytes("II*\0\u{8}\0\0\0")), .tiff)
+        XCTAssertEqual(ImageFormat(signature: bytes("MM\0*\0\0\0\u{8}")), .tiff)
+        XCTAssertNil(ImageFormat(signature: bytes("II+\0")), "BigTIFF is not decoded by the seed app's platform")
+        XCTAssertEqual(ImageFormat(signature: bytes("\0\0\0\u{18}ftypheic\0\0\0\0")), .heif)
+        XCTAssertEqual(ImageFormat(signature: bytes("\0\0\0\u{1C}ftypmif1\0\0\0\0")), .heif)
+        XCTAssertEqual(ImageFormat(signature: bytes("\0\0\0\u{1C}ftypavif\0\0\0\0")), .avif)
+        XCTAssertNil(ImageFormat(signature: bytes("\0\0\0\u{18}ftypmp42\0\0\0\0")), "an MP4 video is no image")
+        XCTAssertNil(ImageFormat(signature: bytes("\0\0\0\u{18}ftyp")), "too short to tell")
+        XCTAssertEqual(ImageFormat(signature: [0, 0, 1, 0, 1, 0, 16, 16]), .ico)
+        XCTAssertNil(ImageFormat(signature: [0, 0, 1, 0, 0, 0]), "an icon file holds at least one image")
+        XCTAssertNil(ImageFormat(signature: [0, 0, 1, 0]))
         XCTAssertEqual(ImageFormat.jpeg.fileExtension, "jpg")
+        XCTAssertEqual(ImageFormat.heif.fileExtension, "heic")
+        XCTAssertEqual(Set(ImageFormat.allCases.map(\.fileExtension)).count, ImageFormat.allCases.count)
     }
 
     func testFrameCodeFromLetter() {
