@@ -50,8 +50,8 @@ enum BlserveCommand {
         and one still waiting when its central leaves or blserve stops is killed.
 
         examples:
-          blserve examples/seed000-handler                    # drop-in for the seed 000 server
-          blserve -n my-pi -- tr a-z A-Z                      # upper-case every text request
+          blserve -n my-raspbverry-pi examples/seed000-handler   # drop-in for the seed 000 server
+          blserve -n my-pi -- tr a-z A-Z                         # upper-case every text request
           blserve --reply-code raw -- sh -c 'blframe -c T < /etc/motd'
           blserve --mode raw --nus --allow AA:BB:CC:DD:EE:FF --secure -- /bin/sh -i
           blserve --mode stream --chunk 20 --eom -- cat story.txt
