@@ -173,7 +173,7 @@ public struct FrameDecoder: Sendable {
     }
 
     @inline(__always)
-    private static func digit(_ byte: UInt8) -> Int? {
+    static func digit(_ byte: UInt8) -> Int? {
         let d = byte &- 0x30
         return d < 10 ? Int(d) : nil
     }

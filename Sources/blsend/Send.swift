@@ -6,6 +6,7 @@ import Musl
 import BLBlueZ
 import BLCommand
 import BLDBus
+import BLFrame
 
 /// blsend's job: connect, then stream standard input into the characteristic.
 ///
@@ -16,6 +17,8 @@ import BLDBus
 ///   same characteristic while one is pending), each acknowledged by the peer.
 /// - Write commands go through AcquireWrite's socket when the characteristic allows it (one
 ///   datagram per Write Command, flow-controlled by the socket), else through WriteValue.
+/// - Input that is frames is cut as the seed iOS client cuts it: a frame header never spans two
+///   writes (the seed's server reads a header only from within one write).
 struct Send {
     struct Options {
         var writeType: RemoteCharacteristic.WriteType?
@@ -137,6 +140,8 @@ final class Writer {
     private var head = 0, end = 0
     private var inputEnded = false
     private var eomSent = false
+    /// Where frames (if the input is frames) may be cut.
+    private var cutter = FrameCutter()
     private var inFlight = 0
     /// Bytes handed over: acknowledged requests, commands bluetoothd queued, or datagrams the
     /// socket took.
@@ -243,7 +248,7 @@ final class Writer {
     private func pump() {
         guard !finished else { return }
         if socket != nil {
-            let more = pending > 0 || (inputEnded && eom && !eomSent)
+            let more = canWriteNow
             if let socketWatch { loop.setEvents(socketWatch, more && !fencing ? .writable : []) }
         } else {
             sendNextValue()
@@ -253,10 +258,23 @@ final class Writer {
         }
     }
 
+    /// How much input the next piece takes: up to `limit` bytes, ending before a frame header
+    /// that would not fit whole; 0 while input begins with a header not all read yet.
+    private var nextInputPiece: Int {
+        guard pending > 0 else { return 0 }
+        let n = cutter.nextWrite(UnsafeRawBufferPointer(rebasing: buffer[head..<end]), limit: limit)
+        // At the end of the input, a partial header goes as it is.
+        return n == 0 && inputEnded ? min(limit, pending) : n
+    }
+
+    /// There is a piece to write now (input, or the EOM marker once input is done).
+    private var canWriteNow: Bool { nextInputPiece > 0 || (pending == 0 && inputEnded && eom && !eomSent) }
+
     /// The next piece: up to `limit` bytes of input, or the EOM marker once input is done.
     private func nextPiece() -> [UInt8]? {
         if pending > 0 {
-            let n = min(limit, pending)
+            let n = nextInputPiece
+            if n == 0 { return nil }  // the rest of a header is still to come
             return Array(UnsafeRawBufferPointer(rebasing: buffer[head..<(head + n)]))
         }
         if inputEnded && eom && !eomSent { return Array("EOM".utf8) }
@@ -265,6 +283,7 @@ final class Writer {
 
     private func consume(_ piece: [UInt8]) {
         if pending > 0 {
+            piece.withUnsafeBytes { cutter.consume($0) }
             head += piece.count
         } else {
             eomSent = true
@@ -350,7 +369,7 @@ final class Writer {
 
     /// The socket refused data for too long: bluetoothd stopped taking writes.
     private func checkStall() {
-        guard !finished, !fencing, pending > 0 || (inputEnded && eom && !eomSent) else {
+        guard !finished, !fencing, canWriteNow else {
             lastTaken = MonotonicClock.seconds()
             return
         }
