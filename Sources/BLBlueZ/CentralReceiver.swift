@@ -66,6 +66,8 @@ public final class NotificationReceiver {
     private var finished = false
     /// Non-empty values read in the current pull.
     private var pulledValues = 0
+    /// Frames the reads of the current pull completed (while the output is frames).
+    private var pulledFrames = 0
     /// Follows the output as frames (bodies are not kept), to know whether it ends inside one;
     /// nil once the output turned out not to be frames.
     private var frames: FrameDecoder? = FrameDecoder()
@@ -236,6 +238,7 @@ public final class NotificationReceiver {
         write(value)
         if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && isInsideFrame)) {
             pulledValues = 0
+            pulledFrames = 0
             pull()
         } else if !isInsideFrame && !(value.isEmpty && frames != nil) {
             // In a stream of frames replies are frames: one notified in pieces (blserve --reply
@@ -275,7 +278,14 @@ public final class NotificationReceiver {
                 self.heldBytes = 0
                 // A doorbell whose reads found nothing rang for another central (blserve rings
                 // every subscriber): no reply of ours.
-                if self.pulledValues > 0 { self.countReply() }
+                // In a stream of frames every frame pulled is a reply: one pull can bring several
+                // (the server queued another before the reads began, and its own doorbell's
+                // reads then find nothing).
+                if self.frames != nil {
+                    if self.pulledFrames > 0 { self.countReply(self.pulledFrames) }
+                } else if self.pulledValues > 0 {
+                    self.countReply()
+                }
                 for value in held { self.notification(value) }
                 self.flush()
                 // Reading may have paused for what was held; the output's own pause ends with
@@ -283,7 +293,7 @@ public final class NotificationReceiver {
                 if !self.finished, !self.out.isFull { self.resumeReading() }
             case .success(let value):
                 self.pulledValues += 1
-                self.write(value)
+                self.pulledFrames += self.write(value)
                 self.pull()
             case .failure(let error):
                 // The link went down under the read: that is a disconnect, not a read error.
@@ -297,22 +307,27 @@ public final class NotificationReceiver {
         }
     }
 
-    private func countReply() {
-        replies += 1
+    private func countReply(_ n: Int = 1) {
+        replies += n
         if let count = options.count, replies >= count { finish(.success(())) }
     }
 
-    private func write(_ value: [UInt8]) {
-        guard !finished else { return }
+    /// Writes `value` out; returns how many frames it completed (while the output is frames).
+    @discardableResult
+    private func write(_ value: [UInt8]) -> Int {
+        guard !finished else { return 0 }
         bytesReceived += value.count
-        if frames != nil { followFrames(value) }
+        let completed = frames != nil ? followFrames(value) : 0
         out.write(value)
+        return completed
     }
 
     /// The output so far ends inside a frame (in its header or before the end of its body).
     private var isInsideFrame: Bool { frames.map { !$0.isAtFrameBoundary } ?? false }
 
-    private func followFrames(_ value: [UInt8]) {
+    /// Returns how many frames `value` completed.
+    private func followFrames(_ value: [UInt8]) -> Int {
+        let before = frames?.framesDecoded ?? 0
         value.withUnsafeBytes { raw in
             var input = raw
             do {
@@ -321,6 +336,7 @@ public final class NotificationReceiver {
                 frames = nil   // not frames: never "inside" one
             }
         }
+        return frames.map { $0.framesDecoded - before } ?? 0
     }
 
     /// Writes what stdout takes now; with the queue full, stops reading the socket until

@@ -14,7 +14,7 @@ let spec = CommandSpec(
         OptionSpec("no-pull", help: "do not read after an N0000000 notification"),
         OptionSpec("read", short: "r", help: "read the value once (whole, through offsets), write it and exit"),
         OptionSpec("eom", help: "exit 0 at a notification equal to EOM (not written)"),
-        OptionSpec("count", short: "n", value: "N", help: "exit after N replies (a doorbell and its reads count as one)"),
+        OptionSpec("count", short: "n", value: "N", help: "exit after N replies (frames, when the bytes are frames)"),
         OptionSpec("timeout", short: "t", value: "S", help: "exit after S seconds without a notification (75 if none came)"),
         OptionSpec("buffer", value: "SIZE", help: "output held for a slow reader before reading waits (default 16M)"),
     ],
