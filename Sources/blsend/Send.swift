@@ -57,9 +57,11 @@ struct Send {
             let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
             r.onFinish = { outcome in
                 replyOutcome = outcome
-                // --count replies came: standard input not read yet is left unread (what was read
-                // is still written), so `cat | blsend --reply --count 1` ends with its reply.
-                if case .success = outcome { writer?.endInput() }
+                // --count replies came in answer to what was written: standard input not read yet
+                // is left unread (what was read is still written), so that
+                // `cat | blsend --reply --count 1` ends with its reply. Notifications that came
+                // before anything was written answer nothing of ours: all of stdin still goes.
+                if case .success = outcome, let writer, writer.hasBegun { writer.endInput() }
             }
             try r.start()
             receiver = r
@@ -67,7 +69,6 @@ struct Send {
 
         let w = try Writer(characteristic: characteristic, type: type, eom: options.eom, progress: options.progress)
         writer = w
-        if case .success? = replyOutcome { w.endInput() }
         var sendOutcome: Result<Void, ToolError>?
         w.onFinish = { result in
             sendOutcome = result
@@ -196,9 +197,18 @@ final class Writer {
     func endInput() {
         guard !finished, !inputEnded else { return }
         inputEnded = true
+        // A frame header whose rest will not be read now is left out, not sent cut short.
+        if pending > 0 {
+            let whole = cutter.nextWrite(UnsafeRawBufferPointer(rebasing: buffer[head..<end]),
+                                         limit: max(pending, FrameFormat.headerSize))
+            end = head + min(whole, pending)
+        }
         updateInputWatch()
         pump()
     }
+
+    /// A piece of input (or the EOM marker) has been handed over.
+    private(set) var hasBegun = false
 
     private func readInput() {
         if head > 0 && head == end {
@@ -282,6 +292,7 @@ final class Writer {
     }
 
     private func consume(_ piece: [UInt8]) {
+        hasBegun = true
         if pending > 0 {
             piece.withUnsafeBytes { cutter.consume($0) }
             head += piece.count
@@ -296,6 +307,7 @@ final class Writer {
     private func sendNextValue() {
         guard inFlight == 0, !fencing, let piece = nextPiece() else { return }
         inFlight = 1
+        hasBegun = true
         characteristic.write(piece, type: type) { [weak self] result in
             guard let self, !self.finished else { return }
             self.inFlight = 0
