@@ -235,15 +235,17 @@ public final class NotificationReceiver {
             finish(.success(()))
             return
         }
-        write(value)
+        let completed = write(value)
         if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && isInsideFrame)) {
             pulledValues = 0
             pulledFrames = 0
             pull()
-        } else if !isInsideFrame && !(value.isEmpty && frames != nil) {
+        } else if frames != nil {
             // In a stream of frames replies are frames: one notified in pieces (blserve --reply
-            // push) is counted at its end, and an empty notification (blserve announcing another
-            // central's reply tail) is none.
+            // push) is counted at its end, two in one notification are two, and an empty
+            // notification (blserve announcing another central's reply tail) is none.
+            if completed > 0 { countReply(completed) }
+        } else {
             countReply()
         }
     }
