@@ -300,11 +300,19 @@ final class RawMode: ServeMode {
         if process.stdoutFD < 0 {
             process.killGroupJustReaped()
         } else {
-            s.graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak s] in
-                guard let s else { return }
+            s.graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak self, weak s] in
+                guard let self, let s, let process = s.process, process.stdoutFD >= 0 else { return }
                 s.graceTimer = nil
-                // The pipe is still open: the group id cannot have been reused.
-                s.process?.signalGroup(SIGKILL)
+                // What it wrote until now still goes to the central; then the run ends, as in
+                // frame mode, even if something outside its group holds the pipe. The pipe is
+                // still open: the group id cannot have been reused.
+                self.drain(s)
+                guard process.stdoutFD >= 0 else { return }  // it ended meanwhile
+                process.signalGroup(SIGKILL)
+                if let w = s.stdoutWatch { self.loop.remove(w) }
+                s.stdoutWatch = nil
+                process.closeStdout()
+                self.checkEnded(s)
             }
         }
         checkEnded(s)

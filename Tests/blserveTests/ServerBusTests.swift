@@ -701,6 +701,25 @@ final class ServerBusTests: XCTestCase {
         try checkRawModeEndsWhatACommandLeft(holdingStdout: true)
     }
 
+    /// A process COMMAND started outside its group (setsid) may go on, but holding COMMAND's
+    /// stdout it does not keep the session: after the grace the next write gets a new COMMAND.
+    func testRawModeSessionEndsAfterTheGraceEvenIfAnEscapedProcessHoldsStdout() throws {
+        try start(["--mode", "raw", "sh", "-c", "setsid sleep 300 & echo $!"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        ok(bluez.write(Array("x".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
+        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
+        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        defer { kill(pid, SIGKILL) }
+        bluez.clearNotifications()
+        settle(2)  // past the grace
+        ok(bluez.write(Array("y".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5),
+                      "the session still waits for the stdout an escaped process holds")
+        XCTAssertTrue(isAlive(pid), "a process started with setsid is not COMMAND's to end")
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
