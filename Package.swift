@@ -36,7 +36,8 @@ let package = Package(
         .executableTarget(name: "blrecv", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
         .executableTarget(name: "blserve", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLFrame"]),
         // Helpers shared by the test targets (seeded randomness, running the built tools).
-        .target(name: "BLTestSupport", dependencies: ["BLCommand"], path: "Tests/BLTestSupport"),
+        .target(name: "CTestSupport", path: "Tests/CTestSupport"),
+        .target(name: "BLTestSupport", dependencies: ["BLCommand", "CTestSupport"], path: "Tests/BLTestSupport"),
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),

@@ -22,30 +22,17 @@ public struct RunResult {
 /// Runs a built tool with `input` on stdin and returns what it printed and its exit status.
 public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil,
                     environment: [String: String] = [:]) throws -> RunResult {
-    let process = Process()
-    process.executableURL = productsDirectory.appendingPathComponent(tool)
-    process.arguments = arguments
-    if !environment.isEmpty {
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-    }
-    if let cwd { process.currentDirectoryURL = cwd }
-    let stdin = Pipe(), stdout = Pipe(), stderr = Pipe()
-    process.standardInput = stdin
-    process.standardOutput = stdout
-    process.standardError = stderr
-    try process.run()
+    let process = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments,
+                              environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                              cwd: cwd?.path)
     // Feed stdin and drain both outputs concurrently so no pipe fills up.
     let group = DispatchGroup()
     nonisolated(unsafe) var out = Data(), err = Data()
-    DispatchQueue.global().async(group: group) { out = stdout.fileHandleForReading.readDataToEndOfFile() }
-    DispatchQueue.global().async(group: group) { err = stderr.fileHandleForReading.readDataToEndOfFile() }
-    DispatchQueue.global().async(group: group) {
-        try? stdin.fileHandleForWriting.write(contentsOf: input)
-        try? stdin.fileHandleForWriting.close()
-    }
+    DispatchQueue.global().async(group: group) { out = Spawned.readAll(process.stdout) }
+    DispatchQueue.global().async(group: group) { err = Spawned.readAll(process.stderr) }
+    DispatchQueue.global().async(group: group) { process.feed(input) }
     group.wait()
-    process.waitUntilExit()
-    return RunResult(status: process.terminationStatus, stdout: out, stderr: String(decoding: err, as: UTF8.self))
+    return RunResult(status: process.wait(), stdout: out, stderr: String(decoding: err, as: UTF8.self))
 }
 
 public func data(_ text: String) -> Data { Data(text.utf8) }
@@ -62,14 +49,8 @@ public let packageRoot: URL = URL(fileURLWithPath: #filePath)
 /// Runs Tests/docs/check-tool-docs for `tool`: its man page and bash, zsh and fish completions
 /// must agree with its --help. Returns the script's output when it fails, nil when all agree.
 public func toolDocsProblems(_ tool: String) throws -> String? {
-    let process = Process()
-    process.executableURL = packageRoot.appendingPathComponent("Tests/docs/check-tool-docs")
-    process.arguments = [productsDirectory.path, tool]
-    let output = Pipe()
-    process.standardOutput = output
-    process.standardError = output
-    try process.run()
-    let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return process.terminationStatus == 0 ? nil : text
+    let process = try Spawned(packageRoot.appendingPathComponent("Tests/docs/check-tool-docs").path,
+                              [productsDirectory.path, tool], stdin: .inherit, stderr: .stdout)
+    let text = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+    return process.wait() == 0 ? nil : text
 }

@@ -110,26 +110,23 @@ final class BlframeDecodeTests: XCTestCase {
         let previous = signal(SIGPIPE, SIG_IGN)
         defer { signal(SIGPIPE, previous) }
         for arguments in [["-d"], ["-c", "T"], ["--lines"]] {
-            var p: [Int32] = [0, 0]
-            XCTAssertEqual(pipe(&p), 0)
+            let (readEnd, writeEnd) = try Spawned.pipe()
+            let p = [readEnd, writeEnd]
             XCTAssertEqual(fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK), 0)
-            let process = Process()
-            process.executableURL = productsDirectory.appendingPathComponent("blframe")
-            process.arguments = arguments
-            process.standardInput = FileHandle(fileDescriptor: p[0], closeOnDealloc: true)
-            let stdout = Pipe(), stderr = Pipe()
-            process.standardOutput = stdout
-            process.standardError = stderr
-            try process.run()
+            let process = try Spawned(productsDirectory.appendingPathComponent("blframe").path, arguments, stdin: .fd(p[0]))
             close(p[0])
             usleep(300_000)  // blframe finds its input empty first
             let input = arguments == ["-d"] ? "T0000002hi" : "hi"
             XCTAssertEqual(write(p[1], input, input.utf8.count), input.utf8.count)
             close(p[1])
-            let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            let err = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            XCTAssertEqual(process.terminationStatus, 0, "\(arguments): \(err)")
+            let group = DispatchGroup()
+            nonisolated(unsafe) var outData = Data(), errData = Data()
+            DispatchQueue.global().async(group: group) { outData = Spawned.readAll(process.stdout) }
+            DispatchQueue.global().async(group: group) { errData = Spawned.readAll(process.stderr) }
+            group.wait()
+            let out = String(decoding: outData, as: UTF8.self)
+            let err = String(decoding: errData, as: UTF8.self)
+            XCTAssertEqual(process.wait(), 0, "\(arguments): \(err)")
             XCTAssertEqual(out, arguments == ["-d"] ? "hi\n" : "T0000002hi", "\(arguments)")
         }
     }
@@ -164,16 +161,15 @@ final class BlframeDecodeTests: XCTestCase {
     func testClosedStdoutEndsQuietly() throws {
         // `blframe -d | head -c 1`: the reader goes away; blframe must stop without an error.
         let script = "head -c 100000000 /dev/zero | \(productsDirectory.path)/blframe -e -c I | \(productsDirectory.path)/blframe -d --raw -i /dev/null 2>&1 >/dev/null; yes T0000001a | tr -d '\\n' | head -c 10000000 | \(productsDirectory.path)/blframe -d | head -c 1 >/dev/null; echo \"${PIPESTATUS[3]}\""
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/bash")
-        process.arguments = ["-c", script]
-        let stdout = Pipe(), stderr = Pipe()
-        process.standardOutput = stdout
-        process.standardError = stderr
-        try process.run()
-        let out = String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let err = String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
+        let process = try Spawned("/bin/bash", ["-c", script], stdin: .inherit)
+        let group = DispatchGroup()
+        nonisolated(unsafe) var outData = Data(), errData = Data()
+        DispatchQueue.global().async(group: group) { outData = Spawned.readAll(process.stdout) }
+        DispatchQueue.global().async(group: group) { errData = Spawned.readAll(process.stderr) }
+        group.wait()
+        process.wait()
+        let out = String(decoding: outData, as: UTF8.self)
+        let err = String(decoding: errData, as: UTF8.self)
         XCTAssertTrue(out.hasSuffix("0\n"), "exit status of blframe -d after head closed the pipe: \(out)")
         XCTAssertFalse(err.contains("blframe -d"), err)
     }

@@ -35,20 +35,14 @@ final class BlframeEncodeTests: XCTestCase {
 
     func testNotifyFrameDoesNotReadStdin() throws {
         // stdin stays open and empty: the tool must not wait for it.
-        let process = Process()
-        process.executableURL = productsDirectory.appendingPathComponent("blframe")
-        process.arguments = ["-c", "N"]
-        let stdin = Pipe(), stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        try process.run()
+        let process = try Spawned(productsDirectory.appendingPathComponent("blframe").path, ["-c", "N"], stderr: .inherit)
         let deadline = Date().addingTimeInterval(5)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        XCTAssertFalse(process.isRunning, "blframe -c N waited for stdin")
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-        XCTAssertEqual(String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self), "N0000000")
-        try stdin.fileHandleForWriting.close()
+        while !process.hasEnded && Date() < deadline { usleep(10_000) }
+        XCTAssertTrue(process.hasEnded, "blframe -c N waited for stdin")
+        process.terminate()
+        process.wait()
+        XCTAssertEqual(String(decoding: Spawned.readAll(process.stdout), as: UTF8.self), "N0000000")
+        process.closeStdin()
     }
 
     func testLinesMakesOneFramePerLine() throws {
@@ -59,20 +53,14 @@ final class BlframeEncodeTests: XCTestCase {
     }
 
     func testLinesEmitsEachFrameBeforeStdinCloses() throws {
-        let process = Process()
-        process.executableURL = productsDirectory.appendingPathComponent("blframe")
-        process.arguments = ["--lines"]
-        let stdin = Pipe(), stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        try process.run()
+        let process = try Spawned(productsDirectory.appendingPathComponent("blframe").path, ["--lines"], stderr: .inherit)
         defer {
-            try? stdin.fileHandleForWriting.close()
-            process.waitUntilExit()
+            process.closeStdin()
+            process.wait()
         }
-        let reader = stdout.fileHandleForReading
+        let reader = FileHandle(fileDescriptor: process.stdout, closeOnDealloc: false)
         for (line, expected) in [("first", "T0000005first"), ("second line", "T0000011second line")] {
-            try stdin.fileHandleForWriting.write(contentsOf: data(line + "\n"))
+            process.send(data(line + "\n"))
             var received = Data()
             let deadline = Date().addingTimeInterval(5)
             while received.count < expected.utf8.count && Date() < deadline {
