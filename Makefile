@@ -45,9 +45,11 @@ build: deps
 	mkdir -p .build/bin
 	cp $(addprefix .build/static/release/,$(STATIC_TOOLS)) $(addprefix .build/release/,$(DBUS_TOOLS)) .build/bin/
 
+# The unit tests take 1-2 minutes; a test that hangs must fail the run, not stall it.
+TEST_TIMEOUT ?= 900
 test: deps
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --parallel
+	timeout --kill-after=10 $(TEST_TIMEOUT) $(SWIFT) test --skip-build --parallel
 
 # Everything BLE runs in one VM boot against the real bluetoothd, with the release binaries.
 BENCH_ENV = env BL_BIN=$(CURDIR)/.build/bin
