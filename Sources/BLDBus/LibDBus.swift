@@ -80,7 +80,10 @@ enum DBusCoding {
         }
     }
 
-    static func validate(_ value: DBusValue, depth: Int = 0) throws(DBusError) {
+    /// `hasOwnSignature`: the value starts a signature of its own (an argument, or what a variant
+    /// holds), which must be one valid complete type; inside an array, a dictionary or a struct the
+    /// enclosing value's signature covers it.
+    static func validate(_ value: DBusValue, depth: Int = 0, hasOwnSignature: Bool = true) throws(DBusError) {
         if depth > 64 { throw DBusError.invalidArgs("value nested too deeply") }
         switch value {
         case .byte, .bool, .int16, .uint16, .int32, .uint32, .int64, .uint64, .double:
@@ -101,7 +104,7 @@ enum DBusCoding {
             for item in items {
                 let s = item.signature
                 try LibDBus.require(s == element, "array element of type '\(s)' in an array of '\(element)'")
-                try validate(item, depth: depth + 1)
+                try validate(item, depth: depth + 1, hasOwnSignature: false)
             }
         case .dictionary(let k, let v, let entries):
             try LibDBus.require(DBusSignature.isBasic(k), "dictionary key type '\(k)' is not basic")
@@ -109,19 +112,17 @@ enum DBusCoding {
             for (key, val) in entries {
                 try LibDBus.require(key.signature == k, "dictionary key of type '\(key.signature)', expected '\(k)'")
                 try LibDBus.require(val.signature == v, "dictionary value of type '\(val.signature)', expected '\(v)'")
-                try validate(key, depth: depth + 1)
-                try validate(val, depth: depth + 1)
+                try validate(key, depth: depth + 1, hasOwnSignature: false)
+                try validate(val, depth: depth + 1, hasOwnSignature: false)
             }
         case .structure(let members):
             try LibDBus.require(!members.isEmpty, "empty struct")
-            for m in members { try validate(m, depth: depth + 1) }
+            for m in members { try validate(m, depth: depth + 1, hasOwnSignature: false) }
         case .variant(let inner):
-            // The variant's own signature is "v": what it holds is checked as a value of its own.
-            let s = inner.signature
-            try LibDBus.require(LibDBus.isValidSingleSignature(s), "invalid variant content signature '\(s)'")
+            // The variant's own signature is "v": what it holds has a signature of its own.
             try validate(inner, depth: depth + 1)
         }
-        if depth == 0 {
+        if hasOwnSignature {
             let s = value.signature
             try LibDBus.require(LibDBus.isValidSingleSignature(s), "invalid value signature '\(s)'")
         }
