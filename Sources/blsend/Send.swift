@@ -178,14 +178,11 @@ final class Writer {
 
     func start() {
         guard !finished else { return }  // an interrupt that came before ended it already
-        if !inputEnded {
-            stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
-        }
+        stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
             stallTimer = loop.schedule(after: 1, repeating: 1) { [weak self] in self?.checkStall() }
         }
-        if inputEnded { pump() }  // the replies came before the writing began
     }
 
     // MARK: Input
