@@ -137,8 +137,9 @@ extension BlueZClient {
         if let device = known.first(where: { $0.connected }) { return device }
         if known.count == 1 { return known[0] }
         let ambiguous = known.count > 1
+        let addresses = known.map(\.address).joined(separator: ", ")
         if ambiguous {
-            Tool.note("\(known.count) known devices are named \(selector) (\(known.map(\.address).joined(separator: ", "))): scanning for one that is there")
+            Tool.note("\(known.count) known devices are named \(selector) (\(addresses)): scanning for one that is there")
         }
         let discovery = Discovery(client: self, adapter: adapter, filter: Discovery.Filter(uuids: serviceUUIDs))
         var found: DeviceInfo?
@@ -151,7 +152,7 @@ extension BlueZClient {
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
             if ambiguous {
-                throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(known.map(\.address).joined(separator: ", "))), "
+                throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(addresses)), "
                                 + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")
             }
             throw ToolError(.unavailable, "no device \(selector) found on \(adapter.name) within \(formatSeconds(scanTimeout)) s")

@@ -42,8 +42,10 @@ struct Scan {
         var readerGone = false
 
         func outputFailed(_ error: Errno) {
-            if failure == nil { failure = ToolError.stdout(error) }
-            if failure == nil { readerGone = true }
+            if failure == nil {
+                failure = ToolError.stdout(error)
+                readerGone = failure == nil
+            }
             done = true
         }
         out.onFailure = outputFailed
