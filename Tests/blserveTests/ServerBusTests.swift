@@ -651,8 +651,7 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(loop.run(until: {
             self.bluez.notifications.joined().contains(0x0A) && self.server.children.running.isEmpty
         }, timeout: 5))
-        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
-        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        let pid = try notifiedPid()
         XCTAssertTrue(isAlive(pid), "the background sleep is not running: the test proves nothing")
         server.shutdown()
         // The loop is stopped now (its waits return at once): poll.
@@ -675,13 +674,7 @@ final class ServerBusTests: XCTestCase {
     /// start and end again and again.
     private func checkRawModeEndsWhatACommandLeft(holdingStdout: Bool) throws {
         let background = holdingStdout ? "sleep 300 &" : "sleep 300 >/dev/null 2>&1 &"
-        try start(["--mode", "raw", "sh", "-c", "\(background) echo $!"])
-        try bluez.setConnected(a, true)
-        try bluez.startNotify()
-        ok(bluez.write(Array("x".utf8), from: a))
-        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
-        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
-        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        let pid = try startRawCommandReportingPid("\(background) echo $!")
         XCTAssertTrue(loop.run(until: { !self.isAlive(pid) }, timeout: 4),
                       "sleep \(pid), left by a COMMAND that ended, still runs (holding stdout: \(holdingStdout))")
         if isAlive(pid) { kill(pid, SIGKILL) }
@@ -691,6 +684,23 @@ final class ServerBusTests: XCTestCase {
         ok(bluez.write(Array("y".utf8), from: a))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5),
                       "no new COMMAND for the next write")
+    }
+
+    /// Raw mode running `sh -c SCRIPT`, whose first line of output is a pid: A connects and
+    /// subscribes, its first write starts COMMAND; returns the pid once notified.
+    private func startRawCommandReportingPid(_ script: String) throws -> pid_t {
+        try start(["--mode", "raw", "sh", "-c", script])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        ok(bluez.write(Array("x".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
+        return try notifiedPid()
+    }
+
+    /// The pid on the first line of what was notified.
+    private func notifiedPid() throws -> pid_t {
+        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
+        return try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
     }
 
     func testRawModeEndsWhatACommandLeftWhenItEnds() throws {
@@ -704,13 +714,7 @@ final class ServerBusTests: XCTestCase {
     /// A process COMMAND started outside its group (setsid) may go on, but holding COMMAND's
     /// stdout it does not keep the session: after the grace the next write gets a new COMMAND.
     func testRawModeSessionEndsAfterTheGraceEvenIfAnEscapedProcessHoldsStdout() throws {
-        try start(["--mode", "raw", "sh", "-c", "setsid sleep 300 & echo $!"])
-        try bluez.setConnected(a, true)
-        try bluez.startNotify()
-        ok(bluez.write(Array("x".utf8), from: a))
-        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
-        let text = String(decoding: bluez.notifications.joined(), as: UTF8.self)
-        let pid = try XCTUnwrap(pid_t(text.split(separator: "\n").first.map(String.init) ?? ""), text)
+        let pid = try startRawCommandReportingPid("setsid sleep 300 & echo $!")
         defer { kill(pid, SIGKILL) }
         bluez.clearNotifications()
         settle(2)  // past the grace
