@@ -3,7 +3,8 @@ import PackageDescription
 
 // Layers, bottom up:
 //   BLFrame    the 1+7-byte frame codec (no Foundation, no dependencies)
-//   CLinux     one-call C wrappers for Linux calls Swift's Glibc module does not declare
+//   CLinux     one-call C wrappers for Linux calls Swift's Glibc module does not declare, and the
+//              two libsystemd functions a fully static link of libdbus-1 needs
 //   BLCommand  shared command-line support: options, diagnostics, sysexits, fd I/O, the poll loop
 //   CDBus      libdbus-1 (pkg-config dbus-1) plus a small shim header
 //   BLDBus     D-Bus connection, messages, exported objects, fd passing, wired into the poll loop
@@ -41,7 +42,7 @@ let package = Package(
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
-        .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "BLCommand", "BLTestSupport"]),
+        .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "CLinux", "BLCommand", "BLTestSupport"]),
         .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
         .testTarget(name: "blscanTests", dependencies: ["blscan", "BLTestSupport"]),
         .testTarget(name: "blsendTests", dependencies: ["blsend", "BLTestSupport"]),

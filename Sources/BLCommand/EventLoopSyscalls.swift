@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLinux
 
 /// The monotonic clock (`clock_gettime(CLOCK_MONOTONIC)`): never jumps with wall-clock changes,
 /// so timers and timeouts measured on it stay correct across NTP adjustments.
@@ -28,29 +29,16 @@ public enum MonotonicClock {
 /// Small wrappers over the Linux system calls the event loop needs and the Swift `Glibc` module
 /// does not expose.
 enum LoopSyscalls {
-    /// `SFD_NONBLOCK` and `SFD_CLOEXEC` are defined by the kernel ABI as `O_NONBLOCK` and `O_CLOEXEC`.
-    static let signalFDFlags: Int32 = O_NONBLOCK | O_CLOEXEC
-
     /// The size of `struct signalfd_siginfo`, fixed by the kernel ABI.
     static let signalInfoSize = 128
 
-    private typealias SignalFDFunction = @convention(c) (Int32, UnsafePointer<sigset_t>?, Int32) -> Int32
-
-    /// WHY: Swift's `Glibc` module does not include `<sys/signalfd.h>`, and the generic `syscall()`
-    /// entry point is variadic, which Swift cannot call. glibc exports `signalfd` (since 2.7), so we
-    /// look it up once with `dlsym` and call it through a correctly typed C function pointer.
-    /// WHEN TO REMOVE: if the Glibc module map gains `sys/signalfd.h`, or BLCommand gets a C shim target.
-    private static let signalfdFunction: SignalFDFunction? = {
-        guard let symbol = dlsym(nil, "signalfd") else { return nil }
-        return unsafeBitCast(symbol, to: SignalFDFunction.self)
-    }()
-
     /// Creates (`fd == -1`) or updates a signalfd for `mask`, non-blocking and close-on-exec.
+    /// (Through CLinux: the Glibc module leaves `<sys/signalfd.h>` out. A lookup with `dlsym`
+    /// would find nothing in a statically linked tool.)
     ///
     /// The corresponding C function is `signalfd(2)`.
     static func signalfd(_ fd: Int32, _ mask: inout sigset_t) throws(Errno) -> Int32 {
-        guard let function = signalfdFunction else { throw Errno(ENOSYS) }
-        let result = function(fd, &mask, signalFDFlags)
+        let result = cl_signalfd(fd, &mask)
         if result < 0 { throw Errno.current }
         return result
     }

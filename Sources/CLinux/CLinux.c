@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/signalfd.h>
 
 #include "CLinux.h"
 
@@ -12,4 +13,8 @@ int cl_rename_noreplace(const char *from, const char *to) {
     errno = ENOSYS;
     return -1;
 #endif
+}
+
+int cl_signalfd(int fd, const void *mask) {
+    return signalfd(fd, (const sigset_t *)mask, SFD_NONBLOCK | SFD_CLOEXEC);
 }

@@ -8,4 +8,12 @@
 // EINVAL or ENOSYS: the file system or kernel does not offer it.
 int cl_rename_noreplace(const char *from, const char *to);
 
+// signalfd(2) (<sys/signalfd.h>, which the Glibc module leaves out): creates (fd == -1) or updates
+// a signalfd for `mask`, non-blocking and close-on-exec. Returns the descriptor, or -1 and errno.
+// `mask` points to a sigset_t.
+int cl_signalfd(int fd, const void *mask);
+
+// The sd-daemon functions a fully static libdbus-1 needs.
+#include "SdDaemon.h"
+
 #endif
