@@ -112,6 +112,12 @@ public final class BlueZClient {
         return BlueZObjects(objects)
     }
 
+    /// `listed` when given (a listing the caller has just made), else a new listing.
+    public func managedObjects(reusing listed: BlueZObjects?) throws(ToolError) -> BlueZObjects {
+        if let listed { return listed }
+        return try managedObjects()
+    }
+
     public func property(_ path: String, _ interface: String, _ name: String, what: String) throws(ToolError) -> DBusValue {
         let reply = try call(path, DBusInterfaceName.properties, "Get", [.string(interface), .string(name)],
                              timeout: 10, what: what)
@@ -126,8 +132,9 @@ public final class BlueZClient {
 
     /// The adapter to use: `name` ("hci1") if given, else the first powered adapter, else the first
     /// adapter. An adapter that is off is powered on (waiting up to `timeout` seconds).
-    public func adapter(named name: String?, timeout: Double = 5) throws(ToolError) -> Adapter {
-        let adapters = try managedObjects().adapters
+    /// `listed`: bluetoothd's objects as just listed by the caller, saving a listing.
+    public func adapter(named name: String?, in listed: BlueZObjects? = nil, timeout: Double = 5) throws(ToolError) -> Adapter {
+        let adapters = try managedObjects(reusing: listed).adapters
         var chosen: Adapter
         if let name {
             guard let match = adapters.first(where: { $0.name == name || $0.address.uppercased() == name.uppercased() }) else {

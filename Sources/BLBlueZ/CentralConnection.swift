@@ -9,6 +9,10 @@ public final class Peer {
     /// is shared by every process using the device (bluez-notes §9.6).
     public let madeConnection: Bool
     private var disconnected = false
+    /// bluetoothd's objects, listed while this link was already up with its services resolved
+    /// (and found still up since): `characteristic` looks there first. Were the link to go and
+    /// come back in between, a path found there that no longer exists fails its first call.
+    var resolvedListing: BlueZObjects?
 
     init(client: BlueZClient, device: DeviceInfo, madeConnection: Bool) {
         self.client = client
@@ -35,8 +39,11 @@ public final class Peer {
     /// up to `timeout` seconds.
     public func characteristic(service: String, uuid: String, timeout: Double = 3) throws(ToolError) -> RemoteCharacteristic {
         let deadline = MonotonicClock.seconds() + timeout
+        var earlier = resolvedListing
         while true {
-            let objects = try client.managedObjects()
+            let listedEarlier = earlier != nil
+            let objects = try client.managedObjects(reusing: earlier)
+            earlier = nil
             let services = objects.paths(with: BlueZ.gattServiceInterface, under: path).filter {
                 objects.properties($0, BlueZ.gattServiceInterface)?["UUID"]?.string?.lowercased() == service
             }
@@ -45,10 +52,11 @@ public final class Peer {
                     let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface)!
                     if properties["UUID"]?.string?.lowercased() == uuid {
                         Tool.note("characteristic \(uuid) at \(charPath), flags \(properties["Flags"]?.stringArray?.joined(separator: ",") ?? "?")")
-                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties)
+                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties, listing: objects)
                     }
                 }
             }
+            if listedEarlier { continue }  // not in the earlier listing: look in a new one at once
             if MonotonicClock.seconds() >= deadline {
                 let what = services.isEmpty ? "service \(service)" : "characteristic \(uuid) in service \(service)"
                 throw ToolError(.unavailable, "\(device.address) has no \(what)")

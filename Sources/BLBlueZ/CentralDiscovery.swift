@@ -130,9 +130,10 @@ extension BlueZClient {
     ///
     /// A name several known devices answer to (one of them perhaps long gone) is settled by
     /// scanning: the first of them heard advertising is taken, unless one is connected.
+    /// `listed`: bluetoothd's objects as just listed by the caller, saving a listing.
     public func findDevice(_ selector: DeviceSelector, on adapter: Adapter, scanTimeout: Double,
-                           serviceUUIDs: [String] = []) throws(ToolError) -> DeviceInfo {
-        let known = try managedObjects().devices(of: adapter).filter(selector.matches)
+                           serviceUUIDs: [String] = [], listed: BlueZObjects? = nil) throws(ToolError) -> DeviceInfo {
+        let known = try managedObjects(reusing: listed).devices(of: adapter).filter(selector.matches)
         // A connected device does not advertise, so prefer it; then the only known match.
         if let device = known.first(where: { $0.connected }) { return device }
         if known.count == 1 { return known[0] }

@@ -39,9 +39,13 @@ public struct CentralTarget {
 
     /// Finds and connects to the device. The caller disconnects (`Peer.disconnect`) when done.
     public func connect(_ client: BlueZClient) throws(ToolError) -> Peer {
-        let adapter = try client.adapter(named: adapterName)
+        // One listing serves the adapter, the device and, when the device is already connected
+        // with its services resolved, the characteristics: each listing of bluetoothd's objects
+        // is a round trip and a parse of the whole tree.
+        let listed = try client.managedObjects()
+        let adapter = try client.adapter(named: adapterName, in: listed)
         Tool.note("adapter \(adapter.name) (\(adapter.address))")
-        let device = try client.findDevice(selector, on: adapter, scanTimeout: scanTimeout)
+        let device = try client.findDevice(selector, on: adapter, scanTimeout: scanTimeout, listed: listed)
         Tool.note("device \(device.address) \(device.name.map { "'\($0)' " } ?? "")at \(device.path)")
         let started = MonotonicClock.seconds()
         let peer = try client.connect(device, timeout: connectTimeout) { (left: Double) throws(ToolError) in
@@ -49,6 +53,10 @@ public struct CentralTarget {
         }
         Tool.note((peer.madeConnection ? "connected" : "already connected")
                   + ", services resolved in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")
+        if !peer.madeConnection, let before = listed.properties(peer.path, BlueZ.deviceInterface),
+           before["Connected"]?.bool == true, before["ServicesResolved"]?.bool == true {
+            peer.resolvedListing = listed
+        }
         return peer
     }
 }

@@ -8,12 +8,15 @@ public final class RemoteCharacteristic {
     public let uuid: String
     /// "read", "write", "write-without-response", "notify", "indicate"…
     public let flags: [String]
+    /// The listing of bluetoothd's objects this characteristic was found in.
+    private let listing: BlueZObjects?
 
-    init(peer: Peer, path: String, properties: [String: DBusValue]) {
+    init(peer: Peer, path: String, properties: [String: DBusValue], listing: BlueZObjects? = nil) {
         self.peer = peer
         self.path = path
         uuid = properties["UUID"]?.string?.lowercased() ?? ""
         flags = properties["Flags"]?.stringArray ?? []
+        self.listing = listing
     }
 
     var client: BlueZClient { peer.client }
@@ -89,7 +92,7 @@ public final class RemoteCharacteristic {
     public func orderingRead() -> OrderingRead? {
         let ccc = "00002902" + BluetoothUUID.baseSuffix
         let servicePath = String(path[..<(path.lastIndex(of: "/") ?? path.endIndex)])
-        if let objects = try? client.managedObjects(),
+        if let objects = try? client.managedObjects(reusing: listing),
            let found = objects.paths(with: BlueZ.gattDescriptorInterface, under: servicePath).first(where: {
                objects.properties($0, BlueZ.gattDescriptorInterface)?["UUID"]?.string?.lowercased() == ccc
            }) {
