@@ -8,16 +8,21 @@ public final class Peer {
     /// True when this process made the connection; only then does `disconnect()` end it. A link
     /// is shared by every process using the device (bluez-notes §9.6).
     public let madeConnection: Bool
+    /// True when the link was already up as `BlueZClient.connect` began (not brought up by a
+    /// connection attempt, ours or another process's, while it waited).
+    public let foundConnected: Bool
     private var disconnected = false
     /// bluetoothd's objects, listed while this link was already up with its services resolved
-    /// (and found still up since): `characteristic` looks there first. Were the link to go and
-    /// come back in between, a path found there that no longer exists fails its first call.
+    /// (and found up again as `connect` began, `foundConnected`): `characteristic` looks there
+    /// first. Were the link to go and come back within those milliseconds, a path found there
+    /// that no longer exists would fail its first call.
     var resolvedListing: BlueZObjects?
 
-    init(client: BlueZClient, device: DeviceInfo, madeConnection: Bool) {
+    init(client: BlueZClient, device: DeviceInfo, madeConnection: Bool, foundConnected: Bool) {
         self.client = client
         self.device = device
         self.madeConnection = madeConnection
+        self.foundConnected = foundConnected
     }
 
     public var path: String { device.path }
@@ -52,7 +57,11 @@ public final class Peer {
                     let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface)!
                     if properties["UUID"]?.string?.lowercased() == uuid {
                         Tool.note("characteristic \(uuid) at \(charPath), flags \(properties["Flags"]?.stringArray?.joined(separator: ",") ?? "?")")
-                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties, listing: objects)
+                        // The fence's descriptor is looked up in the same listing only when it
+                        // was made before the link's use began; a new one may predate a late
+                        // export (bluez/bluez#1489), so the fence then lists again.
+                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties,
+                                                    listing: listedEarlier ? objects : nil)
                     }
                 }
             }
@@ -135,7 +144,7 @@ extension BlueZClient {
                 }
             }
         }
-        let peer = Peer(client: self, device: device, madeConnection: made)
+        let peer = Peer(client: self, device: device, madeConnection: made, foundConnected: connectedNow)
         while true {
             if (try? property(device.path, BlueZ.deviceInterface, "ServicesResolved", what: "").bool) == true { break }
             if loop.isStopping {

@@ -53,7 +53,7 @@ public struct CentralTarget {
         }
         Tool.note((peer.madeConnection ? "connected" : "already connected")
                   + ", services resolved in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")
-        if !peer.madeConnection, let before = listed.properties(peer.path, BlueZ.deviceInterface),
+        if peer.foundConnected, let before = listed.properties(peer.path, BlueZ.deviceInterface),
            before["Connected"]?.bool == true, before["ServicesResolved"]?.bool == true {
             peer.resolvedListing = listed
         }
