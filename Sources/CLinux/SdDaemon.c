@@ -28,9 +28,10 @@ int bl_sd_listen_fds(int unset_environment) {
         if (pid <= 0) {
             result = -EINVAL;
         } else if ((pid_t)pid == getpid()) {
-            long count = parse_count(getenv("LISTEN_FDS"), INT_MAX - SD_LISTEN_FDS_START);
+            const char *fds_text = getenv("LISTEN_FDS");
+            long count = parse_count(fds_text, INT_MAX - SD_LISTEN_FDS_START);
             if (count < 0) {
-                result = getenv("LISTEN_FDS") == NULL ? 0 : -EINVAL;
+                result = fds_text == NULL ? 0 : -EINVAL;
             } else {
                 for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + (int)count; fd++) {
                     int flags = fcntl(fd, F_GETFD);
