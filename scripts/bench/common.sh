@@ -22,6 +22,22 @@ btvirt_path() {
     echo "$BENCH_CACHE/btvirt-$key"
 }
 
+# setup_lock: makes the setup scripts of one cache take turns, so that two first runs at once
+# (CI and a developer, two vm-runs) do not fill the same venvs or build the same btvirt
+# together. Held until the calling script exits. The scripts it runs (setup runs setup-bleak)
+# see BL_BENCH_SETUP_LOCKED and do not take it again: a second flock on the file would wait
+# for its own caller.
+setup_lock() {
+    [ -z "${BL_BENCH_SETUP_LOCKED:-}" ] || return 0
+    mkdir -p "$BENCH_CACHE"
+    exec {setup_lock_fd}>>"$BENCH_CACHE/.setup.lock"
+    if ! flock -n "$setup_lock_fd"; then
+        note "waiting for another setup of $BENCH_CACHE to finish" >&2
+        flock -w 1800 "$setup_lock_fd" || die "another setup of $BENCH_CACHE held it for 30 minutes"
+    fi
+    export BL_BENCH_SETUP_LOCKED=1
+}
+
 # Seconds since the epoch with centiseconds, for durations.
 now() { date +%s.%N | cut -c1-13; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
