@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLinux
 
 /// Thin, Foundation-free wrappers over the file-descriptor system calls the tools use.
 /// Each retries on EINTR and reports failure as an `Errno` rather than through a global.
@@ -140,6 +141,15 @@ public enum FileIO {
     public static func writeAll(_ fd: Int32, _ text: String) throws(Errno) {
         var text = text
         try text.withUTF8 { utf8 in Result { () throws(Errno) in try writeAll(fd, UnsafeRawBufferPointer(utf8)) } }.get()
+    }
+
+    /// A pipe whose ends are both close-on-exec from the start: (read end, write end).
+    ///
+    /// The corresponding C function is `pipe2(2)` with `O_CLOEXEC`.
+    public static func pipe() throws(Errno) -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [-1, -1]
+        guard cl_pipe_cloexec(&fds) == 0 else { throw Errno.current }
+        return (fds[0], fds[1])
     }
 
     /// Sets or clears O_NONBLOCK.

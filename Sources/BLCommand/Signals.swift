@@ -32,7 +32,9 @@ public struct SignalInfo: Equatable, Sendable {
 /// ``EventLoop/onSignal(_:_:)`` **blocks** the signals it handles (`pthread_sigmask`) and reads them
 /// from a `signalfd`. Two consequences:
 /// * Handle signals from the loop thread **before starting other threads**: a signal sent with
-///   kill(2) goes to any thread that does not block it. (The tools are single-threaded.)
+///   kill(2) goes to any thread that does not block it. (The tools run one thread, the loop's;
+///   the only others are ``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``'s,
+///   which block every signal.)
 /// * A blocked mask and ignored dispositions are **inherited across `exec`**. Code that starts
 ///   child processes must give them the original mask and default dispositions, with
 ///   ``prepareSpawnAttributes(_:)`` for `posix_spawn`, or with ``originalMask`` after a hand-written

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLinux
 
 /// How a child process ended.
 public enum ProcessStatus: Equatable, Sendable, CustomStringConvertible {
@@ -66,6 +67,10 @@ public enum ProcessStatus: Equatable, Sendable, CustomStringConvertible {
 /// thread that does not block it (a test runner's threads, for one); a backstop timer therefore
 /// checks the tracked children every ``backstopInterval`` seconds while any is running.
 ///
+/// ``spawn(_:executable:environment:stdin:stdout:stderr:)`` returns once the child has started
+/// its program; ``start(_:executable:environment:stdin:stdout:stderr:)`` returns at once and
+/// starts it on a thread of its own, for a loop that must not stop while a program is loaded.
+///
 /// Create it before the first spawn; it blocks SIGCHLD in the calling thread for its lifetime.
 /// Not `Sendable`: use it on the loop's thread.
 public final class ChildProcesses {
@@ -73,6 +78,11 @@ public final class ChildProcesses {
     private var signalToken: SignalToken?
     private var backstop: TimerToken?
     private var children: [Subprocess] = []
+    /// Children being started on other threads, by tag, and the pipe those threads report on.
+    private var starting: [UInt64: StartingProcess] = [:]
+    private var nextTag: UInt64 = 1
+    private var resultPipe: (read: Int32, write: Int32)?
+    private var resultWatch: WatchToken?
 
     /// How often tracked children are checked without a SIGCHLD (seconds).
     public static let backstopInterval = 0.25
@@ -89,8 +99,19 @@ public final class ChildProcesses {
     }
 
     deinit {
+        // Threads still starting children use their plans: wait for them (a few milliseconds).
+        while !starting.isEmpty, let resultPipe {
+            var pfd = pollfd(fd: resultPipe.read, events: Int16(POLLIN), revents: 0)
+            _ = poll(&pfd, 1, 1000)
+            for child in collectStarted() { child.signalGroup(SIGKILL) }
+        }
         if let signalToken { loop.removeSignalHandler(signalToken) }
         if let backstop { loop.cancel(backstop) }
+        if let resultWatch { loop.remove(resultWatch) }
+        if let resultPipe {
+            FileIO.close(resultPipe.read)
+            FileIO.close(resultPipe.write)
+        }
     }
 
     /// Children started and not yet reaped.
@@ -121,91 +142,94 @@ public final class ChildProcesses {
         _ argv: [String], executable: String? = nil, environment: [(String, String)] = [],
         stdin: Subprocess.Stream = .pipe, stdout: Subprocess.Stream = .pipe, stderr: Subprocess.Stream = .inherit
     ) throws(Errno) -> Subprocess {
-        precondition(!argv.isEmpty, "spawn needs a program")
-        var parentEnds: [Int32] = [-1, -1, -1]
-        var childEnds: [Int32] = []
-        func cleanup() {
-            for fd in parentEnds where fd >= 0 { FileIO.close(fd) }
-            for fd in childEnds { FileIO.close(fd) }
-        }
+        let plan = try SpawnPlan(argv, executable: executable, environment: environment, streams: [stdin, stdout, stderr])
+        return try adopt(plan, error: plan.spawnHere())
+    }
 
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-
-        let streams = [stdin, stdout, stderr]
-        for target in 0..<3 {
-            switch streams[target] {
-            case .inherit:
-                break
-            case .null:
-                posix_spawn_file_actions_addopen(&actions, Int32(target), "/dev/null", target == 0 ? O_RDONLY : O_WRONLY, 0)
-            case .pipe:
-                var fds: [Int32] = [-1, -1]
-                // pipe2(O_CLOEXEC) is not in the Glibc module (it needs _GNU_SOURCE). Setting the
-                // flag right after pipe() is equivalent here: the tools spawn from one thread only.
-                guard pipe(&fds) == 0 else {
-                    let e = Errno.current
-                    cleanup()
-                    throw e
-                }
-                _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
-                // fds[0] reads, fds[1] writes. The child gets the end matching its direction.
-                let (childEnd, parentEnd) = target == 0 ? (fds[0], fds[1]) : (fds[1], fds[0])
-                childEnds.append(childEnd)
-                parentEnds[target] = parentEnd
-                do {
-                    try FileIO.setNonBlocking(parentEnd)
-                } catch {
-                    cleanup()
-                    throw error
-                }
-                // dup2 onto 0/1/2 clears close-on-exec for the child's copy only.
-                posix_spawn_file_actions_adddup2(&actions, childEnd, Int32(target))
-            }
-        }
-
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var rc = posix_spawnattr_setpgroup(&attributes, 0)
-        if rc == 0 {
-            do {
-                try Signals.prepareSpawnAttributes(&attributes)
-            } catch {
-                rc = error.rawValue
-            }
+    /// Starts a child as ``spawn(_:executable:environment:stdin:stdout:stderr:)`` does, but on a
+    /// thread of its own, and returns at once: glibc's `posix_spawn` keeps the thread that calls it
+    /// waiting until the child has loaded its program, which is most of the cost of starting one
+    /// (and much more than that on an emulated CPU). The result comes to the loop:
+    /// ``StartingProcess/onStarted`` is called with the tracked ``Subprocess`` or the error
+    /// `spawn` would have thrown. When no thread can be created, the child is started here.
+    ///
+    /// Every descriptor the process creates must be close-on-exec from the start (`O_CLOEXEC`,
+    /// `SOCK_CLOEXEC`, ``FileIO/pipe()``): a child started meanwhile would inherit it otherwise.
+    ///
+    /// - Throws: the `Errno` of `pipe`, or of preparing the attributes.
+    public func start(
+        _ argv: [String], executable: String? = nil, environment: [(String, String)] = [],
+        stdin: Subprocess.Stream = .pipe, stdout: Subprocess.Stream = .pipe, stderr: Subprocess.Stream = .inherit
+    ) throws(Errno) -> StartingProcess {
+        let plan = try SpawnPlan(argv, executable: executable, environment: environment, streams: [stdin, stdout, stderr])
+        let process = StartingProcess(plan: plan)
+        let tag = nextTag
+        nextTag &+= 1
+        var rc = ENOMEM
+        if let fd = try? resultWriteEnd() {
+            rc = plan.spawnOnThread(resultFD: fd, tag: tag)
         }
         if rc == 0 {
-            var flags: Int16 = 0
-            rc = posix_spawnattr_getflags(&attributes, &flags)
-            if rc == 0 { rc = posix_spawnattr_setflags(&attributes, flags | Int16(POSIX_SPAWN_SETPGROUP)) }
-        }
-        if rc != 0 {
-            cleanup()
-            throw Errno(rc)
-        }
-
-        var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        var cEnv = Self.environmentBlock(adding: environment)
-        defer {
-            for p in cArgs { free(p) }
-            for p in cEnv { free(p) }
-        }
-        var pid: pid_t = 0
-        if let executable {
-            rc = posix_spawn(&pid, executable, &actions, &attributes, &cArgs, &cEnv)
+            starting[tag] = process
         } else {
-            rc = posix_spawnp(&pid, argv[0], &actions, &attributes, &cArgs, &cEnv)
+            let result = Result { () throws(Errno) in try adopt(plan, error: plan.spawnHere()) }
+            loop.callSoon { [weak self] in
+                process.resolve(result)
+                self?.reap()
+            }
         }
-        for fd in childEnds { FileIO.close(fd) }
-        childEnds.removeAll()
-        if rc != 0 {
-            cleanup()
-            throw Errno(rc)
+        return process
+    }
+
+    /// The write end of the pipe the spawning threads report on, made (and its read end watched)
+    /// on first use. The write end blocks: a thread waits rather than lose its report.
+    private func resultWriteEnd() throws(Errno) -> Int32 {
+        if let resultPipe { return resultPipe.write }
+        let (read, write) = try FileIO.pipe()
+        do {
+            try FileIO.setNonBlocking(read)
+        } catch {
+            FileIO.close(read)
+            FileIO.close(write)
+            throw error
         }
-        let child = Subprocess(pid: pid, stdinFD: parentEnds[0], stdoutFD: parentEnds[1], stderrFD: parentEnds[2])
+        resultPipe = (read, write)
+        resultWatch = loop.watch(fd: read, events: .readable) { [weak self] _ in
+            guard let self else { return }
+            self.collectStarted()
+            // A child that ended before it was adopted had its SIGCHLD read already.
+            self.reap()
+        }
+        return write
+    }
+
+    /// Reads the reports of the spawning threads that are in and resolves their processes.
+    /// Returns the children adopted (cancelled ones already killed).
+    @discardableResult
+    private func collectStarted() -> [Subprocess] {
+        guard let resultPipe else { return [] }
+        var adopted: [Subprocess] = []
+        var record = cl_spawn_result()
+        let size = MemoryLayout<cl_spawn_result>.size
+        // Each report is written whole (shorter than PIPE_BUF), so reads of its size stay aligned.
+        while read(resultPipe.read, &record, size) == size {
+            guard let process = starting.removeValue(forKey: record.tag), let plan = process.plan else { continue }
+            let result = Result { () throws(Errno) in try adopt(plan, error: record.error, pid: record.pid) }
+            if case .success(let child) = result { adopted.append(child) }
+            process.resolve(result)
+        }
+        return adopted
+    }
+
+    /// Closes the child's ends of the pipes and, when the spawn succeeded, tracks the child.
+    private func adopt(_ plan: SpawnPlan, error: Int32, pid: pid_t? = nil) throws(Errno) -> Subprocess {
+        plan.closeChildEnds()
+        if error != 0 {
+            plan.closeParentEnds()
+            throw Errno(error)
+        }
+        let ends = plan.takeParentEnds()
+        let child = Subprocess(pid: pid ?? plan.pid, stdinFD: ends[0], stdoutFD: ends[1], stderrFD: ends[2])
         children.append(child)
         if backstop == nil {
             backstop = loop.schedule(after: Self.backstopInterval, repeating: Self.backstopInterval) { [weak self] in
@@ -264,13 +288,180 @@ public final class ChildProcesses {
 
     /// Sends `signal` to the process group of every running child, waits up to `grace` seconds
     /// (the loop keeps running) for them to end, then sends SIGKILL to the groups left and reaps.
-    /// Returns when all are reaped or after `grace` + 2 s.
+    /// Children still being started are cancelled (killed as soon as they are). Returns when all
+    /// are reaped or after `grace` + 2 s.
     public func terminateAll(signal: Int32 = SIGTERM, grace: Double = 2) {
-        if children.isEmpty { return }
+        for process in starting.values { process.cancel() }
+        if children.isEmpty && starting.isEmpty { return }
         for child in children { child.signalGroup(signal) }
-        if loop.run(until: { [unowned self] in self.children.isEmpty }, timeout: grace) { return }
+        let done = { [unowned self] in self.children.isEmpty && self.starting.isEmpty }
+        if loop.run(until: done, timeout: grace) { return }
         for child in children { child.signalGroup(SIGKILL) }
-        _ = loop.run(until: { [unowned self] in self.children.isEmpty }, timeout: 2)
+        _ = loop.run(until: done, timeout: 2)
+    }
+}
+
+/// Everything `posix_spawn` needs for one child, in memory of its own that stays put until the
+/// child has been started (on this thread or another), and the pipes made for it.
+final class SpawnPlan {
+    private let path: UnsafeMutablePointer<CChar>
+    private let searchPath: Bool
+    private let actions: UnsafeMutablePointer<posix_spawn_file_actions_t>
+    private let attributes: UnsafeMutablePointer<posix_spawnattr_t>
+    private let cArgs: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+    private let argCount: Int
+    private let cEnv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>
+    private let envCount: Int
+    private var parentEnds: [Int32] = [-1, -1, -1]
+    private var childEnds: [Int32] = []
+    private(set) var pid: pid_t = 0
+
+    init(_ argv: [String], executable: String?, environment: [(String, String)], streams: [Subprocess.Stream]) throws(Errno) {
+        precondition(!argv.isEmpty, "spawn needs a program")
+        path = strdup(executable ?? argv[0])
+        searchPath = executable == nil
+        actions = .allocate(capacity: 1)
+        posix_spawn_file_actions_init(actions)
+        attributes = .allocate(capacity: 1)
+        posix_spawnattr_init(attributes)
+        argCount = argv.count + 1
+        cArgs = .allocate(capacity: argCount)
+        for (i, arg) in argv.enumerated() { (cArgs + i).initialize(to: strdup(arg)) }
+        (cArgs + argv.count).initialize(to: nil)
+        let env = ChildProcesses.environmentBlock(adding: environment)
+        envCount = env.count
+        cEnv = .allocate(capacity: envCount)
+        cEnv.initialize(from: env, count: envCount)
+
+        for target in 0..<3 {
+            switch streams[target] {
+            case .inherit:
+                break
+            case .null:
+                posix_spawn_file_actions_addopen(actions, Int32(target), "/dev/null", target == 0 ? O_RDONLY : O_WRONLY, 0)
+            case .pipe:
+                // Close-on-exec from the start: another thread may be starting a child meanwhile.
+                let (readEnd, writeEnd) = try FileIO.pipe()
+                let (childEnd, parentEnd) = target == 0 ? (readEnd, writeEnd) : (writeEnd, readEnd)
+                childEnds.append(childEnd)
+                parentEnds[target] = parentEnd
+                try FileIO.setNonBlocking(parentEnd)
+                // dup2 onto 0/1/2 clears close-on-exec for the child's copy only.
+                posix_spawn_file_actions_adddup2(actions, childEnd, Int32(target))
+            }
+        }
+
+        var rc = posix_spawnattr_setpgroup(attributes, 0)
+        if rc == 0 {
+            do {
+                try Signals.prepareSpawnAttributes(&attributes.pointee)
+            } catch {
+                rc = error.rawValue
+            }
+        }
+        if rc == 0 {
+            var flags: Int16 = 0
+            rc = posix_spawnattr_getflags(attributes, &flags)
+            if rc == 0 { rc = posix_spawnattr_setflags(attributes, flags | Int16(POSIX_SPAWN_SETPGROUP)) }
+        }
+        if rc != 0 { throw Errno(rc) }
+    }
+
+    deinit {
+        closeChildEnds()
+        closeParentEnds()
+        posix_spawn_file_actions_destroy(actions)
+        actions.deallocate()
+        posix_spawnattr_destroy(attributes)
+        attributes.deallocate()
+        for i in 0..<argCount { free(cArgs[i]) }
+        cArgs.deallocate()
+        for i in 0..<envCount { free(cEnv[i]) }
+        cEnv.deallocate()
+        free(path)
+    }
+
+    /// Starts the child on this thread; returns 0 or posix_spawn's error.
+    func spawnHere() -> Int32 {
+        searchPath
+            ? posix_spawnp(&pid, path, actions, attributes, cArgs, cEnv)
+            : posix_spawn(&pid, path, actions, attributes, cArgs, cEnv)
+    }
+
+    /// Starts the child on a new thread, which reports on `resultFD`; returns 0 or the error of
+    /// creating the thread. The plan must live until the report has been read.
+    func spawnOnThread(resultFD: Int32, tag: UInt64) -> Int32 {
+        cl_spawn_on_thread(path, searchPath ? 1 : 0, actions, attributes, cArgs, cEnv, resultFD, tag)
+    }
+
+    func closeChildEnds() {
+        for fd in childEnds { FileIO.close(fd) }
+        childEnds.removeAll()
+    }
+
+    func closeParentEnds() {
+        for fd in parentEnds where fd >= 0 { FileIO.close(fd) }
+        parentEnds = [-1, -1, -1]
+    }
+
+    /// The parent's ends (-1 where there is no pipe), now the caller's to close.
+    func takeParentEnds() -> [Int32] {
+        defer { parentEnds = [-1, -1, -1] }
+        return parentEnds
+    }
+}
+
+/// A child being started on a thread of its own (``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``).
+public final class StartingProcess {
+    /// The started child (tracked by its ``ChildProcesses``, as a spawned one) or the error, once
+    /// known.
+    public private(set) var result: Result<Subprocess, Errno>?
+    /// Called once on the loop with ``result`` when it becomes known, unless cancelled before.
+    /// Replacing it hands the process over to someone else.
+    public var onStarted: ((Result<Subprocess, Errno>) -> Void)?
+    /// Set by ``cancel()``.
+    public private(set) var isCancelled = false
+    /// Held until the spawning thread has reported.
+    private(set) var plan: SpawnPlan?
+
+    init(plan: SpawnPlan) {
+        self.plan = plan
+    }
+
+    /// The child once started, or nil.
+    public var process: Subprocess? {
+        if case .success(let child)? = result { return child }
+        return nil
+    }
+
+    /// Ends the child without a word to anyone: its process group gets SIGKILL and its pipes are
+    /// closed, now if it has started, otherwise as soon as it has. ``onStarted`` is not called.
+    /// It is still reaped by its ``ChildProcesses``.
+    public func cancel() {
+        if isCancelled { return }
+        isCancelled = true
+        onStarted = nil
+        if let child = process { Self.end(child) }
+    }
+
+    func resolve(_ result: Result<Subprocess, Errno>) {
+        plan = nil
+        self.result = result
+        if isCancelled {
+            if let child = process { Self.end(child) }
+            return
+        }
+        let callback = onStarted
+        onStarted = nil
+        callback?(result)
+    }
+
+    private static func end(_ child: Subprocess) {
+        child.onExit = nil
+        child.signalGroup(SIGKILL)
+        child.closeStdin()
+        child.closeStdout()
+        child.closeStderr()
     }
 }
 

@@ -18,7 +18,7 @@ final class FrameMode: ServeMode {
         var pending: [FrameRequest] = []
         var running: HandlerRun?
         /// --prestart: COMMAND started for this central's next request.
-        var startedAhead: Subprocess?
+        var startedAhead: StartingProcess?
         var replies: ReplyQueue
         /// Replies handed to the notifier and not yet sent (push), and their bytes.
         var pushing = 0
@@ -188,10 +188,11 @@ final class FrameMode: ServeMode {
         c.running = run
         let ahead = c.startedAhead
         c.startedAhead = nil
-        ahead?.onExit = nil
+        ahead?.onStarted = nil
+        ahead?.process?.onExit = nil
         run.start(with: ahead)
-        // Started now, its start-up overlaps this run, the reply's way out and the next
-        // request's way in (measured faster than starting it once this run has finished).
+        // Started now, on a thread of its own, its start-up overlaps this run, the reply's way
+        // out and the next request's way in.
         startAhead(c)
     }
 
@@ -200,32 +201,37 @@ final class FrameMode: ServeMode {
     /// to meet and report.
     private func startAhead(_ c: Central) {
         guard prestart, c.startedAhead == nil, !c.gone, !server.stopping else { return }
-        guard let child = try? HandlerRun.spawn(server.handler, server.children,
-                                                environment: server.environment(device: c.device)) else { return }
-        child.onExit = { [weak self, weak c, weak child] status in
-            guard let self, let c, let child, c.startedAhead === child else { return }
-            // It ended without a request: whatever it wrote answers nothing, and starting it
-            // ahead again would only repeat that. Requests start it themselves from now on.
-            c.startedAhead = nil
-            child.killGroupJustReaped()
-            child.closeStdin()
-            child.closeStdout()
-            if self.prestart {
-                self.prestart = false
-                Tool.warn("\(self.server.handler.name) ended (\(status)) before a request came to it; --prestart is off")
+        guard let ahead = try? HandlerRun.startProcess(server.handler, server.children,
+                                                       environment: server.environment(device: c.device)) else { return }
+        ahead.onStarted = { [weak self, weak c, weak ahead] _ in
+            guard let self, let c, let ahead, c.startedAhead === ahead else { return }
+            guard let child = ahead.process else {
+                // The request will start COMMAND itself, and say why it cannot.
+                c.startedAhead = nil
+                return
+            }
+            child.onExit = { [weak self, weak c, weak ahead, weak child] status in
+                guard let self, let c, let ahead, let child, c.startedAhead === ahead else { return }
+                // It ended without a request: whatever it wrote answers nothing, and starting it
+                // ahead again would only repeat that. Requests start it themselves from now on.
+                c.startedAhead = nil
+                child.killGroupJustReaped()
+                child.closeStdin()
+                child.closeStdout()
+                if self.prestart {
+                    self.prestart = false
+                    Tool.warn("\(self.server.handler.name) ended (\(status)) before a request came to it; --prestart is off")
+                }
             }
         }
-        c.startedAhead = child
+        c.startedAhead = ahead
     }
 
     /// Ends the COMMAND started ahead for `c` (it has had no request: nothing is lost).
     private func discardStartedAhead(_ c: Central) {
-        guard let child = c.startedAhead else { return }
+        guard let ahead = c.startedAhead else { return }
         c.startedAhead = nil
-        child.onExit = nil
-        child.signalGroup(SIGKILL)
-        child.closeStdin()
-        child.closeStdout()
+        ahead.cancel()
     }
 
     private func finished(_ c: Central, _ request: FrameRequest, _ outcome: HandlerRun.Outcome) {

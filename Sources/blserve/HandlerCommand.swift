@@ -28,6 +28,14 @@ final class HandlerCommand {
     /// The file that runs now, if it was found.
     var resolvedPath: String? { path }
 
+    /// Starts it on a thread of its own (``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``)
+    /// by the remembered file. When that fails with ENOENT the file has gone: ``spawn`` then
+    /// searches `PATH` again.
+    func start(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
+               stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> StartingProcess {
+        try children.start(argv, executable: path, environment: environment, stdin: stdin, stdout: stdout, stderr: stderr)
+    }
+
     func spawn(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
                stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> Subprocess {
         if let path {

@@ -43,6 +43,8 @@ final class HandlerRun {
     private var completion: ((Outcome) -> Void)?
 
     private var process: Subprocess?
+    /// The process while it is being started.
+    private var starting: StartingProcess?
     private var stdinWatch: WatchToken?
     private var stdoutWatch: WatchToken?
     private var timer: TimerToken?
@@ -64,29 +66,59 @@ final class HandlerRun {
         self.completion = completion
     }
 
-    /// Starts `command` the way a run needs it: pipes for stdin and stdout, stderr inherited. A
-    /// process started ahead for a later run (--prestart) must be started by this too.
-    static func spawn(_ command: HandlerCommand, _ children: ChildProcesses,
-                      environment: [(String, String)]) throws(Errno) -> Subprocess {
-        try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+    /// Starts `command` the way a run needs it: pipes for stdin and stdout, stderr inherited, on
+    /// a thread of its own so that the loop goes on meanwhile. A process started ahead for a later
+    /// run (--prestart) must be started by this too.
+    static func startProcess(_ command: HandlerCommand, _ children: ChildProcesses,
+                             environment: [(String, String)]) throws(Errno) -> StartingProcess {
+        try command.start(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
     }
 
-    /// Starts the process, or takes `startedAhead` (from ``spawn(_:_:environment:)``, not yet
-    /// reaped, nothing read from it). A failure to start is reported through the completion, on a
-    /// later turn.
-    func start(with startedAhead: Subprocess? = nil) {
+    /// Starts the process, or takes `startedAhead` (from ``startProcess(_:_:environment:)``, not
+    /// reaped, nothing read from it; it may still be starting). A failure to start is reported
+    /// through the completion, on a later turn.
+    func start(with startedAhead: StartingProcess? = nil) {
         started = MonotonicClock.seconds()
-        let child: Subprocess
+        timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }
+        let process: StartingProcess
         if let startedAhead {
-            precondition(startedAhead.isRunning && startedAhead.stdinFD >= 0 && startedAhead.stdoutFD >= 0,
-                         "a process started ahead must be running, with its pipes")
-            child = startedAhead
+            process = startedAhead
         } else {
             do {
-                child = try Self.spawn(command, children, environment: environment)
+                process = try Self.startProcess(command, children, environment: environment)
             } catch {
                 failure = "cannot run \(command.name): \(error)"
                 loop.callSoon { [self] in self.finish(status: nil) }
+                return
+            }
+        }
+        if let result = process.result {
+            begin(result)
+        } else {
+            starting = process
+            process.onStarted = { [weak self] result in
+                self?.starting = nil
+                self?.begin(result)
+            }
+        }
+    }
+
+    /// The process has started (or could not be): the request goes to it.
+    private func begin(_ result: Result<Subprocess, Errno>) {
+        let child: Subprocess
+        switch result {
+        case .success(let started):
+            precondition(started.isRunning && started.stdinFD >= 0 && started.stdoutFD >= 0,
+                         "a process to run must be running, with its pipes")
+            child = started
+        case .failure(let error):
+            do {
+                // The remembered file has gone: spawn searches PATH again.
+                guard error == Errno(ENOENT) else { throw error }
+                child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
+            } catch {
+                failure = "cannot run \(command.name): \(error)"
+                finish(status: nil)
                 return
             }
         }
@@ -103,13 +135,14 @@ final class HandlerRun {
             }
         }
         stdoutWatch = loop.watch(fd: child.stdoutFD, events: .readable) { [weak self] _ in self?.drain() }
-        timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }
     }
 
     /// Drops the run without calling the completion and leaves the process to whoever ends
     /// the server's children (`ChildProcesses.terminateAll`: SIGTERM first, then SIGKILL).
     func detach() {
         completion = nil
+        starting?.cancel()
+        starting = nil
         // In its exit grace, COMMAND is reaped already and terminateAll no longer sees it:
         // end what it left behind now.
         process?.killLeftovers()
@@ -123,6 +156,8 @@ final class HandlerRun {
     /// Kills the process group and drops the run without calling the completion.
     func cancel() {
         completion = nil
+        starting?.cancel()
+        starting = nil
         cancelTimers()
         process?.signalGroup(SIGKILL)
         closeStdin()
@@ -191,6 +226,14 @@ final class HandlerRun {
 
     private func timedOut() {
         timer = nil
+        if let starting {
+            // Not started in all that time: it is not wanted any more.
+            starting.cancel()
+            self.starting = nil
+            failure = "timed out after \(formatSeconds(timeout)) s"
+            finish(status: nil)
+            return
+        }
         guard let child = process else { return }
         failure = "timed out after \(formatSeconds(timeout)) s"
         child.signalGroup(SIGKILL)

@@ -1,4 +1,5 @@
 import XCTest
+import Foundation
 import Glibc
 @testable import BLCommand
 import BLTestSupport
@@ -154,6 +155,108 @@ final class SubprocessTests: XCTestCase {
             child.onExit = { _ in ended += 1 }
         }
         XCTAssertTrue(loop.run(until: { ended == 50 }, timeout: 20))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    // MARK: - Started on a thread of its own
+
+    /// Runs the loop until `process` has a result; fails the test when none comes.
+    private func waitStarted(_ process: StartingProcess, line: UInt = #line) -> Result<Subprocess, Errno>? {
+        var called: [Result<Subprocess, Errno>] = []
+        if let result = process.result { return result }
+        process.onStarted = { called.append($0) }
+        XCTAssertTrue(loop.run(until: { !called.isEmpty }, timeout: 10), "onStarted was not called", line: line)
+        _ = loop.run(until: { false }, timeout: 0.05)
+        XCTAssertEqual(called.count, 1, "onStarted called more than once", line: line)
+        XCTAssertNotNil(process.result, line: line)
+        return called.first
+    }
+
+    func testStartedChildGetsItsPipesLikeASpawnedOne() throws {
+        let process = try children.start(["sh", "-c", "read x; printf '%s|%s' \"got:$x\" \"$BL_TEST_VALUE\"; exit 5"],
+                                         environment: [("BL_TEST_VALUE", "v1")])
+        let child = try XCTUnwrap(waitStarted(process)).get()
+        XCTAssertTrue(process.process === child)
+        XCTAssertTrue(children.running.contains { $0 === child }, "a started child is tracked and reaped like a spawned one")
+        try FileIO.writeAll(child.stdinFD, "line\n")
+        child.closeStdin()
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "got:line|v1")
+        XCTAssertEqual(waitExit(child), .exited(5))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testStartReportsAFailedExecThroughOnStarted() throws {
+        let process = try children.start(["/nonexistent/program"], stdin: .null, stdout: .pipe)
+        guard case .failure(let error)? = waitStarted(process) else {
+            return XCTFail("a program that does not exist started: \(String(describing: process.result))")
+        }
+        XCTAssertEqual(error, Errno(ENOENT))
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testCancelledBeforeItStartedTheChildIsKilledAndReaped() throws {
+        let process = try children.start(["sleep", "30"], stdin: .null, stdout: .pipe)
+        var called = false
+        process.onStarted = { _ in called = true }
+        process.cancel()
+        XCTAssertTrue(loop.run(until: { process.process?.status != nil }, timeout: 10),
+                      "a child cancelled while it was being started was not killed and reaped")
+        XCTAssertEqual(process.process?.status, .signaled(SIGKILL))
+        XCTAssertEqual(process.process?.stdoutFD, -1, "its pipes are closed")
+        XCTAssertFalse(called, "onStarted was called after cancel")
+        XCTAssertTrue(children.running.isEmpty)
+    }
+
+    func testCancelAfterItStartedKillsItsGroup() throws {
+        let process = try children.start(["sh", "-c", "sleep 30 & echo $!; wait"], stdin: .null)
+        let child = try XCTUnwrap(waitStarted(process)).get()
+        let pidText = readPipe(child.stdoutFD, on: loop) { $0.contains(10) }
+        let grandchild = try XCTUnwrap(pidText.flatMap { Int32(String(decoding: $0.filter { $0 != 10 }, as: UTF8.self)) })
+        process.cancel()
+        XCTAssertEqual(waitExit(child), .signaled(SIGKILL))
+        // The background sleep was in its group: gone too (kill with signal 0 fails once reaped by init).
+        XCTAssertTrue(loop.run(until: { kill(grandchild, 0) != 0 || self.isZombie(grandchild) }, timeout: 5))
+    }
+
+    private func isZombie(_ pid: Int32) -> Bool {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return false }
+        return text[text.index(after: close)...].drop { $0 == " " }.hasPrefix("Z")
+    }
+
+    func testStartedChildrenDoNotInheritEachOthersPipes() throws {
+        // Both are being started at once, on two threads: neither may hold the other's pipes,
+        // or a reply's end of file would wait for the other process.
+        let a = try children.start(["sleep", "5"], stdin: .pipe, stdout: .pipe)
+        let b = try children.start(["sh", "-c", "ls /proc/self/fd"], stdin: .null)
+        let first = try XCTUnwrap(waitStarted(a)).get()
+        let second = try XCTUnwrap(waitStarted(b)).get()
+        let names = String(decoding: readAll(second), as: UTF8.self).split(separator: "\n").map(String.init)
+        for fd in [first.stdinFD, first.stdoutFD] where fd > 3 {
+            XCTAssertFalse(names.contains(String(fd)), "descriptor \(fd) leaked into the other child: \(names)")
+        }
+    }
+
+    func testTerminateAllEndsChildrenStillBeingStarted() throws {
+        var started: [StartingProcess] = []
+        for _ in 0..<5 { started.append(try children.start(["sleep", "30"], stdin: .null, stdout: .null)) }
+        children.terminateAll(signal: SIGTERM, grace: 2)
+        XCTAssertTrue(children.running.isEmpty)
+        for process in started {
+            XCTAssertNotNil(process.process?.status, "a child being started outlived terminateAll")
+        }
+    }
+
+    func testManyStartedChildrenAreAllReported() throws {
+        var ended = 0
+        for _ in 0..<50 {
+            let process = try children.start(["true"], stdin: .null, stdout: .null)
+            process.onStarted = { result in
+                guard case .success(let child) = result else { return XCTFail("true did not start: \(result)") }
+                child.onExit = { _ in ended += 1 }
+            }
+        }
+        XCTAssertTrue(loop.run(until: { ended == 50 }, timeout: 30))
         XCTAssertTrue(children.running.isEmpty)
     }
 

@@ -2,7 +2,10 @@
 #define CLINUX_H
 
 // Linux calls the Swift Glibc module does not show: it is built without _GNU_SOURCE, so glibc's
-// GNU extensions (renameat2 among them) are not declared to Swift. Each wrapper here is one call.
+// GNU extensions (renameat2 among them) are not declared to Swift. Each wrapper here is one call,
+// except cl_spawn_on_thread, which Swift cannot do without a thread function of C's.
+
+#include <stdint.h>
 
 // rename(2) that fails with EEXIST instead of replacing `to` (renameat2 with RENAME_NOREPLACE).
 // EINVAL or ENOSYS: the file system or kernel does not offer it.
@@ -12,6 +15,29 @@ int cl_rename_noreplace(const char *from, const char *to);
 // a signalfd for `mask`, non-blocking and close-on-exec. Returns the descriptor, or -1 and errno.
 // `mask` points to a sigset_t.
 int cl_signalfd(int fd, const void *mask);
+
+// pipe2(2) with O_CLOEXEC: both ends close-on-exec from the start, so a child started meanwhile
+// by another thread cannot inherit them. Returns 0, or -1 and errno.
+int cl_pipe_cloexec(int fds[2]);
+
+// What cl_spawn_on_thread writes to its `result_fd` when posix_spawn has returned: the caller's
+// `tag`, 0 or the errno value posix_spawn(p) returned, and the child's pid.
+struct cl_spawn_result {
+    uint64_t tag;
+    int32_t error;
+    int32_t pid;
+};
+
+// posix_spawn(3) (posix_spawnp with `search_path`) on a new detached thread, with every signal
+// blocked in it, so that the calling thread goes on while the child is created and execs (glibc
+// suspends the thread that spawns until then). When posix_spawn returns, the thread writes one
+// struct cl_spawn_result (atomically: it is shorter than PIPE_BUF) to `result_fd`, a pipe whose
+// write end blocks, and ends.
+// `actions` and `attributes` point to a posix_spawn_file_actions_t and a posix_spawnattr_t. They,
+// `path`, `argv` and `envp` must stay valid and unchanged until the result has been read.
+// Returns 0, or an errno value when the thread cannot be created (nothing was started then).
+int cl_spawn_on_thread(const char *path, int search_path, const void *actions, const void *attributes,
+                       char *const argv[], char *const envp[], int result_fd, uint64_t tag);
 
 // The sd-daemon functions a fully static libdbus-1 needs.
 #include "SdDaemon.h"
