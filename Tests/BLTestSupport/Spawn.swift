@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import BLCommand
 import CTestSupport
 import Foundation
 
@@ -48,9 +49,8 @@ public final class Spawned: @unchecked Sendable {
                 posix_spawn_file_actions_adddup2(&actions, stdoutChild ?? 1, target)
                 return -1
             case .pipe:
-                var p: [Int32] = [0, 0]
-                guard cts_pipe_cloexec(&p) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-                let (child, parent) = target == 0 ? (p[0], p[1]) : (p[1], p[0])
+                let (readEnd, writeEnd) = try Self.pipe()
+                let (child, parent) = target == 0 ? (readEnd, writeEnd) : (writeEnd, readEnd)
                 childEnds.append(child)
                 posix_spawn_file_actions_adddup2(&actions, child, target)
                 return parent
@@ -135,9 +135,11 @@ public final class Spawned: @unchecked Sendable {
 
     /// A pipe whose ends are closed on exec: (read end, write end).
     public static func pipe() throws -> (Int32, Int32) {
-        var p: [Int32] = [0, 0]
-        guard cts_pipe_cloexec(&p) == 0 else { throw POSIXError(.init(rawValue: errno) ?? .EIO) }
-        return (p[0], p[1])
+        do {
+            return try FileIO.pipe()
+        } catch {
+            throw POSIXError(.init(rawValue: error.rawValue) ?? .EIO)
+        }
     }
 
     /// Reads `fd` (one of the parent's ends) to its end.

@@ -6,10 +6,6 @@
 
 #include "CTestSupport.h"
 
-int cts_pipe_cloexec(int fds[2]) {
-    return pipe2(fds, O_CLOEXEC);
-}
-
 int cts_spawn_addchdir(posix_spawn_file_actions_t *actions, const char *dir) {
     return posix_spawn_file_actions_addchdir_np(actions, dir);
 }

@@ -6,9 +6,6 @@
 // GNU calls the tests' process helper needs, which the Swift Glibc module (built without
 // _GNU_SOURCE) does not declare. Each wrapper is one call.
 
-// pipe2(fds, O_CLOEXEC).
-int cts_pipe_cloexec(int fds[2]);
-
 // posix_spawn_file_actions_addchdir_np: the child starts in `dir`.
 int cts_spawn_addchdir(posix_spawn_file_actions_t *actions, const char *dir);
 
