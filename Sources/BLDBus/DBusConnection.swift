@@ -355,7 +355,15 @@ public final class DBusConnection {
     /// The corresponding bus method is `org.freedesktop.DBus.AddMatch` (not `dbus_bus_add_match`,
     /// which blocks without serving the loop).
     public func addMatch(_ rule: String) throws(DBusError) {
-        _ = try busCall("AddMatch", [.string(rule)])
+        do {
+            _ = try busCall("AddMatch", [.string(rule)])
+        } catch {
+            // Given up before the bus answered (no reply in time, the loop stopping): the bus may
+            // still add the rule, and nothing would remove it. It handles one sender's messages
+            // in order, so a removal sent now comes after the addition, whenever that happens.
+            if error.is(DBusError.Name.noReply) || error.is(DBusError.Name.interrupted) { removeMatch(rule) }
+            throw error
+        }
     }
 
     /// Removes a match rule without waiting (errors are ignored).

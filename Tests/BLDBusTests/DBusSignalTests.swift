@@ -149,6 +149,33 @@ final class DBusSignalTests: BusTestCase {
         XCTAssertEqual(id?.count, 32)
     }
 
+    /// The match rules the bus holds for `connection` (org.freedesktop.DBus.Debug.Stats).
+    private func rulesAtTheBus(for connection: DBusConnection) throws -> [String] {
+        let reply = try b.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                                      interface: "org.freedesktop.DBus.Debug.Stats", member: "GetAllMatchRules")
+        guard case .dictionary(_, _, let entries)? = reply.first else { XCTFail("unexpected reply \(reply)"); return [] }
+        return entries.first { $0.key.string == connection.uniqueName }?.value.stringArray ?? []
+    }
+
+    func testAnAddMatchGivenUpIsRemovedAtTheBus() throws {
+        let rule = MatchRule(interface: "org.example.Sig", member: "Late")
+        // The bus does not answer while stopped; the wait for AddMatch's reply is interrupted.
+        XCTAssertEqual(kill(bus.pid, SIGSTOP), 0)
+        _ = loop.schedule(after: 0.3) { self.loop.stop() }
+        XCTAssertThrowsError(try a.addMatch(rule.ruleString)) {
+            XCTAssertEqual(($0 as? DBusError)?.name, DBusError.Name.interrupted)
+        }
+        loop.clearStop()
+        XCTAssertEqual(kill(bus.pid, SIGCONT), 0)
+        // The bus now reads AddMatch, then what was sent after it.
+        try roundTrip(a)
+        let rules = try rulesAtTheBus(for: a)
+        XCTAssertFalse(rules.contains(rule.ruleString), "a rule whose AddMatch was given up stayed at the bus: \(rules)")
+        // A rule added normally is listed there (the check above can see one).
+        try a.addMatch(rule.ruleString)
+        XCTAssertTrue(try rulesAtTheBus(for: a).contains(rule.ruleString))
+    }
+
     func testMatchRuleText() {
         let rule = MatchRule(sender: "org.bluez", pathNamespace: "/org/bluez/hci0",
                              interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged", arg0: "it's")
