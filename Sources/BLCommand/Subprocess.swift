@@ -99,20 +99,40 @@ public final class ChildProcesses {
     }
 
     deinit {
-        // Threads still starting children use their plans: wait for them (a few milliseconds).
-        while !starting.isEmpty, let resultPipe {
+        // Threads still starting children use their plans: wait for them (milliseconds, as a
+        // rule). One that has not reported after `deinitWait` seconds keeps its plan and the
+        // pipe, both left allocated for it: better a leak than a thread writing to freed memory
+        // or to a descriptor number that means something else by then.
+        let deadline = MonotonicClock.seconds() + Self.deinitWait
+        while !starting.isEmpty, let resultPipe, MonotonicClock.seconds() < deadline {
             var pfd = pollfd(fd: resultPipe.read, events: Int16(POLLIN), revents: 0)
-            _ = poll(&pfd, 1, 1000)
-            for child in collectStarted() { child.signalGroup(SIGKILL) }
+            _ = poll(&pfd, 1, 100)
+            for child in collectStarted() {
+                // Nobody is left to wait for it.
+                child.signalGroup(SIGKILL)
+                var status: Int32 = 0
+                _ = waitpid(child.pid, &status, 0)
+            }
+        }
+        let abandoned = !starting.isEmpty
+        for process in starting.values {
+            if let plan = process.plan { _ = Unmanaged.passRetained(plan) }
         }
         if let signalToken { loop.removeSignalHandler(signalToken) }
         if let backstop { loop.cancel(backstop) }
         if let resultWatch { loop.remove(resultWatch) }
-        if let resultPipe {
+        if let resultPipe, !abandoned {
             FileIO.close(resultPipe.read)
             FileIO.close(resultPipe.write)
         }
     }
+
+    /// How long `deinit` waits for children still being started.
+    static let deinitWait = 5.0
+
+    /// Starts children on threads (``start(_:executable:environment:stdin:stdout:stderr:)``);
+    /// false starts them in place, as when no thread can be created (for tests).
+    var startsOnThreads = true
 
     /// Children started and not yet reaped.
     public var running: [Subprocess] { children }
@@ -166,16 +186,22 @@ public final class ChildProcesses {
         let tag = nextTag
         nextTag &+= 1
         var rc = ENOMEM
-        if let fd = try? resultWriteEnd() {
+        if startsOnThreads, let fd = try? resultWriteEnd() {
             rc = plan.spawnOnThread(resultFD: fd, tag: tag)
         }
         if rc == 0 {
             starting[tag] = process
         } else {
-            let result = Result { () throws(Errno) in try adopt(plan, error: plan.spawnHere()) }
+            // No thread: started here. It is adopted (tracked, so reaped) only on the turn that
+            // tells the caller, as a thread's report is: never reaped before onStarted has run.
+            let error = plan.spawnHere()
             loop.callSoon { [weak self] in
-                process.resolve(result)
-                self?.reap()
+                guard let self else {
+                    if error == 0 { _ = kill(-plan.pid, SIGKILL) }
+                    return
+                }
+                process.resolve(Result { () throws(Errno) in try self.adopt(plan, error: error) })
+                self.reap()
             }
         }
         return process

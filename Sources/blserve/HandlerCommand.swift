@@ -29,11 +29,17 @@ final class HandlerCommand {
     var resolvedPath: String? { path }
 
     /// Starts it on a thread of its own (``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``)
-    /// by the remembered file. When that fails with ENOENT the file has gone: ``spawn`` then
-    /// searches `PATH` again.
+    /// by the remembered file. When that fails with ENOENT the file may have gone: call
+    /// ``searchAgain()`` and start it once more.
     func start(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
                stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> StartingProcess {
         try children.start(argv, executable: path, environment: environment, stdin: stdin, stdout: stdout, stderr: stderr)
+    }
+
+    /// Looks the program up again (after a start failed with ENOENT); nil when it is nowhere,
+    /// and a start then lets `posix_spawnp` search and say why.
+    func searchAgain() {
+        path = resolve(argv[0])
     }
 
     func spawn(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,

@@ -45,6 +45,8 @@ final class HandlerRun {
     private var process: Subprocess?
     /// The process while it is being started.
     private var starting: StartingProcess?
+    /// A start failed with ENOENT and PATH was searched again (once per run).
+    private var searchedAgain = false
     private var stdinWatch: WatchToken?
     private var stdoutWatch: WatchToken?
     private var timer: TimerToken?
@@ -92,8 +94,18 @@ final class HandlerRun {
                 return
             }
         }
+        waitFor(process)
+    }
+
+    /// Goes on with the run once `process` has started (at once when it has).
+    private func waitFor(_ process: StartingProcess) {
         if let result = process.result {
-            begin(result)
+            if let child = process.process, child.isRunning {
+                begin(result)
+            } else {
+                // Reported on a later turn, as a failure to start always is.
+                loop.callSoon { [weak self] in self?.begin(result) }
+            }
         } else {
             starting = process
             process.onStarted = { [weak self] result in
@@ -105,22 +117,36 @@ final class HandlerRun {
 
     /// The process has started (or could not be): the request goes to it.
     private func begin(_ result: Result<Subprocess, Errno>) {
+        guard completion != nil else {
+            // Cancelled or detached meanwhile: the process is not wanted.
+            if case .success(let child) = result { Self.discard(child) }
+            return
+        }
         let child: Subprocess
         switch result {
         case .success(let started):
-            precondition(started.isRunning && started.stdinFD >= 0 && started.stdoutFD >= 0,
-                         "a process to run must be running, with its pipes")
             child = started
         case .failure(let error):
-            do {
-                // The remembered file has gone: spawn searches PATH again.
-                guard error == Errno(ENOENT) else { throw error }
-                child = try command.spawn(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
-            } catch {
-                failure = "cannot run \(command.name): \(error)"
-                finish(status: nil)
-                return
+            if error == Errno(ENOENT), !searchedAgain {
+                // The remembered file has gone: search PATH again and try once more.
+                searchedAgain = true
+                command.searchAgain()
+                if let again = try? Self.startProcess(command, children, environment: environment) {
+                    waitFor(again)
+                    return
+                }
             }
+            failure = "cannot run \(command.name): \(error)"
+            finish(status: nil)
+            return
+        }
+        guard child.isRunning, child.stdinFD >= 0, child.stdoutFD >= 0 else {
+            // A process handed over that has already ended (or lost its pipes) cannot take the
+            // request; the central gets an error reply rather than a lost request.
+            Self.discard(child)
+            failure = "\(command.name) ended before its request reached it"
+            finish(status: nil)
+            return
         }
         process = child
         child.onExit = { [weak self] status in self?.exited(status) }
@@ -135,6 +161,14 @@ final class HandlerRun {
             }
         }
         stdoutWatch = loop.watch(fd: child.stdoutFD, events: .readable) { [weak self] _ in self?.drain() }
+    }
+
+    /// Ends a process the run will not use (its group, while that is safe) and closes its pipes.
+    private static func discard(_ child: Subprocess) {
+        child.onExit = nil
+        child.signalGroup(SIGKILL)
+        child.closeStdin()
+        child.closeStdout()
     }
 
     /// Drops the run without calling the completion and leaves the process to whoever ends

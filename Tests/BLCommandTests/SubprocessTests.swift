@@ -224,17 +224,37 @@ final class SubprocessTests: XCTestCase {
         return text[text.index(after: close)...].drop { $0 == " " }.hasPrefix("Z")
     }
 
-    func testStartedChildrenDoNotInheritEachOthersPipes() throws {
-        // Both are being started at once, on two threads: neither may hold the other's pipes,
-        // or a reply's end of file would wait for the other process.
+    func testStartedChildrenDoNotInheritEachOthersPipeEnds() throws {
+        // The parent's ends of a child's pipes are close-on-exec: another child started later
+        // (on another thread) does not hold them, or the first one's end of file would wait for
+        // it. (That pipe2 closes the window between pipe and fcntl is not something a test can
+        // catch reliably.)
         let a = try children.start(["sleep", "5"], stdin: .pipe, stdout: .pipe)
-        let b = try children.start(["sh", "-c", "ls /proc/self/fd"], stdin: .null)
         let first = try XCTUnwrap(waitStarted(a)).get()
+        let b = try children.start(["sh", "-c", "ls /proc/self/fd"], stdin: .null)
         let second = try XCTUnwrap(waitStarted(b)).get()
         let names = String(decoding: readAll(second), as: UTF8.self).split(separator: "\n").map(String.init)
-        for fd in [first.stdinFD, first.stdoutFD] where fd > 3 {
+        XCTAssertGreaterThan(first.stdinFD, 2)
+        XCTAssertGreaterThan(first.stdoutFD, 2)
+        for fd in [first.stdinFD, first.stdoutFD] {
             XCTAssertFalse(names.contains(String(fd)), "descriptor \(fd) leaked into the other child: \(names)")
         }
+    }
+
+    func testWithoutAThreadTheChildIsStartedInPlaceAndNotReapedBeforeOnStarted() throws {
+        children.startsOnThreads = false
+        let process = try children.start(["true"], stdin: .null, stdout: .pipe)
+        // It has started and very likely ended by now; a reap now must not take it from the
+        // caller before onStarted has given it to them.
+        usleep(200_000)
+        children.reap()
+        var runningWhenStarted: Bool?
+        process.onStarted = { runningWhenStarted = (try? $0.get())?.isRunning }
+        XCTAssertTrue(loop.run(until: { runningWhenStarted != nil }, timeout: 5))
+        XCTAssertEqual(runningWhenStarted, true)
+        let child = try XCTUnwrap(process.process)
+        XCTAssertEqual(String(decoding: readAll(child), as: UTF8.self), "")
+        XCTAssertEqual(waitExit(child), .exited(0))
     }
 
     func testTerminateAllEndsChildrenStillBeingStarted() throws {

@@ -101,6 +101,55 @@ final class HandlerRunTests: XCTestCase {
         XCTAssertEqual(outcome.failure, "cannot run /nonexistent/handler: No such file or directory")
     }
 
+    func testAProgramMovedSinceItWasFoundIsSearchedForAgain() throws {
+        var lookups = 0
+        let command = HandlerCommand(["cat"]) { _ in
+            lookups += 1
+            return lookups == 1 ? "/nonexistent/cat" : "/bin/cat"
+        }
+        var outcome: HandlerRun.Outcome?
+        let run = HandlerRun(command: command, environment: [], input: Array("moved".utf8), outputLimit: 100, timeout: 10,
+                             children: children, buffer: buffer) { outcome = $0 }
+        run.start()
+        XCTAssertTrue(loop.run(until: { outcome != nil }, timeout: 10))
+        XCTAssertNil(outcome?.failure)
+        XCTAssertEqual(outcome?.output, Array("moved".utf8))
+        XCTAssertEqual(lookups, 2)
+        XCTAssertEqual(command.resolvedPath, "/bin/cat", "the new place is remembered")
+    }
+
+    /// Processes whose command line is `sleep <marker>`.
+    private static func sleepers(_ marker: String) -> Int {
+        guard let dir = opendir("/proc") else { return 0 }
+        defer { closedir(dir) }
+        var count = 0
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            guard Int(name) != nil else { continue }
+            let fd = open("/proc/\(name)/cmdline", O_RDONLY)
+            guard fd >= 0 else { continue }
+            var bytes = [UInt8](repeating: 0, count: 256)
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            close(fd)
+            if n > 0, Array(bytes[0..<n]) == Array("sleep\0\(marker)\0".utf8) { count += 1 }
+        }
+        return count
+    }
+
+    func testARunCancelledWhileItsProcessStartsLeavesNothingRunning() throws {
+        let marker = String(UInt32.random(in: 100_000...999_999))
+        var finished = false
+        let run = HandlerRun(command: HandlerCommand(["sleep", marker]), environment: [], input: [], outputLimit: 100,
+                             timeout: 10, children: children, buffer: buffer) { _ in finished = true }
+        run.start()
+        // Still being started on its thread: cancelled before the loop has heard of it.
+        run.cancel()
+        _ = loop.run(until: { false }, timeout: 1)
+        XCTAssertEqual(Self.sleepers(marker), 0, "the process outlived its cancelled run")
+        XCTAssertTrue(children.running.isEmpty)
+        XCTAssertFalse(finished, "a cancelled run called its completion")
+    }
+
     func testAFailedRunDoesNotSpoilTheNextOne() throws {
         _ = run(["sh", "-c", "exit 1"])
         _ = run(["sleep", "10"], timeout: 0.2)
