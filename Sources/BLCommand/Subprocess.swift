@@ -467,27 +467,19 @@ public final class StartingProcess {
         if isCancelled { return }
         isCancelled = true
         onStarted = nil
-        if let child = process { Self.end(child) }
+        process?.discard()
     }
 
     func resolve(_ result: Result<Subprocess, Errno>) {
         plan = nil
         self.result = result
         if isCancelled {
-            if let child = process { Self.end(child) }
+            process?.discard()
             return
         }
         let callback = onStarted
         onStarted = nil
         callback?(result)
-    }
-
-    private static func end(_ child: Subprocess) {
-        child.onExit = nil
-        child.signalGroup(SIGKILL)
-        child.closeStdin()
-        child.closeStdout()
-        child.closeStderr()
     }
 }
 
@@ -558,6 +550,16 @@ public final class Subprocess {
     public func signalGroup(_ signal: Int32) {
         if status != nil && stdoutFD < 0 { return }
         _ = kill(-pid, signal)
+    }
+
+    /// Gives the child up: ``onExit`` is dropped, its process group gets SIGKILL (see
+    /// ``signalGroup(_:)``) and its pipes are closed. Its ``ChildProcesses`` still reaps it.
+    public func discard() {
+        onExit = nil
+        signalGroup(SIGKILL)
+        closeStdin()
+        closeStdout()
+        closeStderr()
     }
 
     /// Once the child has been reaped: sends SIGKILL to what it left running in its process

@@ -54,7 +54,7 @@ final class HandlerCommand {
         }
         // Not found at start-up, or moved since: search again; when that finds nothing either,
         // posix_spawnp searches once more and reports why exec failed.
-        path = resolve(argv[0])
+        searchAgain()
         return try children.spawn(argv, executable: path, environment: environment,
                                   stdin: stdin, stdout: stdout, stderr: stderr)
     }

@@ -119,7 +119,7 @@ final class HandlerRun {
     private func begin(_ result: Result<Subprocess, Errno>) {
         guard completion != nil else {
             // Cancelled or detached meanwhile: the process is not wanted.
-            if case .success(let child) = result { Self.discard(child) }
+            if case .success(let child) = result { child.discard() }
             return
         }
         let child: Subprocess
@@ -143,7 +143,7 @@ final class HandlerRun {
         guard child.isRunning, child.stdinFD >= 0, child.stdoutFD >= 0 else {
             // A process handed over that has already ended (or lost its pipes) cannot take the
             // request; the central gets an error reply rather than a lost request.
-            Self.discard(child)
+            child.discard()
             failure = "\(command.name) ended before its request reached it"
             finish(status: nil)
             return
@@ -161,14 +161,6 @@ final class HandlerRun {
             }
         }
         stdoutWatch = loop.watch(fd: child.stdoutFD, events: .readable) { [weak self] _ in self?.drain() }
-    }
-
-    /// Ends a process the run will not use (its group, while that is safe) and closes its pipes.
-    private static func discard(_ child: Subprocess) {
-        child.onExit = nil
-        child.signalGroup(SIGKILL)
-        child.closeStdin()
-        child.closeStdout()
     }
 
     /// Drops the run without calling the completion and leaves the process to whoever ends
