@@ -137,6 +137,10 @@ public final class ChildProcesses {
     /// Children started and not yet reaped.
     public var running: [Subprocess] { children }
 
+    /// No child is running, and none is being started on another thread (such a child is not
+    /// in ``running`` until its thread has reported).
+    public var isIdle: Bool { children.isEmpty && starting.isEmpty }
+
     /// Starts `argv[0]` (looked up in `PATH` when it has no slash) with `argv` as its arguments,
     /// directly: no shell is involved, so no argument is ever interpreted.
     ///

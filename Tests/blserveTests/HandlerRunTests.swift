@@ -146,7 +146,7 @@ final class HandlerRunTests: XCTestCase {
         run.cancel()
         _ = loop.run(until: { false }, timeout: 1)
         XCTAssertEqual(Self.sleepers(marker), 0, "the process outlived its cancelled run")
-        XCTAssertTrue(children.running.isEmpty)
+        XCTAssertTrue(children.isIdle)
         XCTAssertFalse(finished, "a cancelled run called its completion")
     }
 
@@ -156,7 +156,7 @@ final class HandlerRunTests: XCTestCase {
         let outcome = try XCTUnwrap(run(["cat"], input: Array("again".utf8)))
         XCTAssertNil(outcome.failure)
         XCTAssertEqual(outcome.output, Array("again".utf8))
-        XCTAssertTrue(children.running.isEmpty)
+        XCTAssertTrue(children.isIdle)
     }
 
     // MARK: - Reply frames

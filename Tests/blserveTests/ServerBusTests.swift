@@ -355,7 +355,9 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T0000009unset|one")
         // The next request's COMMAND is started (and waits for its stdin) before it comes.
         XCTAssertTrue(loop.run(until: { self.lines(log).count == 2 }, timeout: 5), "\(lines(log))")
-        XCTAssertEqual(server.children.running.count, 1)
+        // It is tracked once its starting thread has reported, which may come after its first line.
+        XCTAssertTrue(loop.run(until: { self.server.children.running.count == 1 }, timeout: 5),
+                      "\(server.children.running.count) processes tracked")
         for (body, expected) in [("two", "T0000009unset|two"), ("three", "T0000011unset|three")] {
             let startsBefore = lines(log).count
             ok(bluez.write(frame("U", body), from: a))
@@ -363,10 +365,12 @@ final class ServerBusTests: XCTestCase {
             XCTAssertTrue(loop.run(until: { self.lines(log).count == startsBefore + 1 }, timeout: 5))
         }
         XCTAssertEqual(Set(lines(log)), ["00:00:00:00:00:01"])
-        // One waits for the central's next request; it ends when the central leaves.
-        XCTAssertEqual(server.children.running.count, 1)
+        // One waits for the central's next request (tracked once its thread has reported); it
+        // ends when the central leaves.
+        XCTAssertTrue(loop.run(until: { self.server.children.running.count == 1 }, timeout: 5),
+                      "\(server.children.running.count) processes tracked")
         try bluez.setConnected(a, false)
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5),
                       "a COMMAND started ahead outlived its central")
         XCTAssertEqual(lines(log).count, 4)
     }
@@ -376,7 +380,7 @@ final class ServerBusTests: XCTestCase {
         try start(["--prestart", "sh", "-c", "echo run >> \(log); echo fixed"])
         ok(bluez.write(frame("T", "r1"), from: a))
         XCTAssertEqual(reply(for: a), "T0000006fixed\n")
-        XCTAssertTrue(loop.run(until: { self.lines(log).count == 2 && self.server.children.running.isEmpty }, timeout: 5),
+        XCTAssertTrue(loop.run(until: { self.lines(log).count == 2 && self.server.children.isIdle }, timeout: 5),
                       "the COMMAND started ahead did not run and end")
         for i in 2...3 {
             ok(bluez.write(frame("T", "r\(i)"), from: a))
@@ -386,7 +390,7 @@ final class ServerBusTests: XCTestCase {
         // The first request's run, the one started ahead (it ended at once: no more of them),
         // then a run per request.
         XCTAssertEqual(lines(log).count, 4)
-        XCTAssertTrue(server.children.running.isEmpty)
+        XCTAssertTrue(server.children.isIdle)
     }
 
     // MARK: - Raw and stream modes
@@ -649,7 +653,7 @@ final class ServerBusTests: XCTestCase {
         try bluez.startNotify()
         if mode == "raw" { ok(bluez.write(Array("x".utf8), from: a)) }
         XCTAssertTrue(loop.run(until: {
-            self.bluez.notifications.joined().contains(0x0A) && self.server.children.running.isEmpty
+            self.bluez.notifications.joined().contains(0x0A) && self.server.children.isIdle
         }, timeout: 5))
         let pid = try notifiedPid()
         XCTAssertTrue(isAlive(pid), "the background sleep is not running: the test proves nothing")
@@ -679,7 +683,7 @@ final class ServerBusTests: XCTestCase {
                       "sleep \(pid), left by a COMMAND that ended, still runs (holding stdout: \(holdingStdout))")
         if isAlive(pid) { kill(pid, SIGKILL) }
         // The session is over: the next write starts a new COMMAND.
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
         bluez.clearNotifications()
         ok(bluez.write(Array("y".utf8), from: a))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5),
@@ -748,7 +752,7 @@ final class ServerBusTests: XCTestCase {
             XCTAssertTrue(loop.run(until: { self.server.children.running.count == i }, timeout: 5))
         }
         for i in 1...5 { try bluez.setConnected(FakeBluetoothd.device(i), false) }
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5),
                       "\(server.children.running.count) commands still run for centrals that left")
     }
 
@@ -759,7 +763,7 @@ final class ServerBusTests: XCTestCase {
         ok(bluez.write(frame("T", "x"), from: a))
         XCTAssertTrue(loop.run(until: { self.server.children.running.count == 1 }, timeout: 5))
         try bluez.setConnected(a, false)
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 5),
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5),
                       "the command of a central that left still runs")
     }
 
@@ -790,13 +794,13 @@ final class ServerBusTests: XCTestCase {
     /// asker is the sole subscriber again.
     func testALaterReplyDoesNotOvertakeADivertedOne() throws {
         try pushFirstReplyBehind(backlog: 20000)
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 10))
         try bluez.setConnected(b, true)
         XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 30))
         try bluez.setConnected(b, false)
         bluez.clearNotifications()
         ok(bluez.write(frame("T", "second"), from: a))
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty && self.server.notifier.isIdle }, timeout: 10))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle && self.server.notifier.isIdle }, timeout: 10))
         settle(0.2)
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
         XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
@@ -807,11 +811,11 @@ final class ServerBusTests: XCTestCase {
     func testPushFallingBackToPullKeepsRepliesInOrder() throws {
         // Both replies below wait behind the backlog.
         try pushFirstReplyBehind(backlog: 20000)
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty && !self.server.notifier.isIdle }, timeout: 10))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle && !self.server.notifier.isIdle }, timeout: 10))
         try bluez.setConnected(b, true)
         ok(bluez.write(frame("T", "second"), from: a))
         settle(0.1)
-        XCTAssertTrue(loop.run(until: { self.server.children.running.isEmpty }, timeout: 10))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 10))
         XCTAssertFalse(server.notifier.isIdle, "the backlog ran out before the second reply was ready: the test proves nothing")
         XCTAssertTrue(loop.run(until: { self.server.notifier.isIdle }, timeout: 60))
         XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
