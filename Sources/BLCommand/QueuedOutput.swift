@@ -29,6 +29,8 @@ public final class QueuedOutput {
     public var onFailure: ((Errno) -> Void)?
     /// Called once the queue is down to half of ``limit`` after having been full.
     public var onRoom: (() -> Void)?
+    /// Called once, when a write has left nothing queued (set it again to hear of the next time).
+    public var onEmpty: (() -> Void)?
     public private(set) var bytesWritten = 0
     public private(set) var failure: Errno?
 
@@ -138,6 +140,10 @@ public final class QueuedOutput {
         if wasFull && queuedCount <= limit / 2 {
             wasFull = false
             onRoom?()
+        }
+        if queuedCount == 0, failure == nil, let onEmpty {
+            self.onEmpty = nil
+            onEmpty()
         }
     }
 

@@ -29,8 +29,8 @@ final class HandlerCommand {
     var resolvedPath: String? { path }
 
     /// Starts it on a thread of its own (``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``)
-    /// by the remembered file. When that fails with ENOENT the file may have gone: call
-    /// ``searchAgain()`` and start it once more.
+    /// by the remembered file. When that fails with ENOENT the file may have gone:
+    /// ``startAgain(after:retried:_:)`` searches again and starts it once more.
     func start(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
                stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> StartingProcess {
         try children.start(argv, executable: path, environment: environment, stdin: stdin, stdout: stdout, stderr: stderr)
@@ -38,24 +38,18 @@ final class HandlerCommand {
 
     /// Looks the program up again (after a start failed with ENOENT); nil when it is nowhere,
     /// and a start then lets `posix_spawnp` search and say why.
-    func searchAgain() {
+    private func searchAgain() {
         path = resolve(argv[0])
     }
 
-    func spawn(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
-               stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> Subprocess {
-        if let path {
-            do {
-                return try children.spawn(argv, executable: path, environment: environment,
-                                          stdin: stdin, stdout: stdout, stderr: stderr)
-            } catch where error == Errno(ENOENT) {
-                self.path = nil
-            }
-        }
-        // Not found at start-up, or moved since: search again; when that finds nothing either,
-        // posix_spawnp searches once more and reports why exec failed.
+    /// After a start failed with `error`: ENOENT may mean the remembered file has gone, so `PATH`
+    /// is searched again and `start` called once more; its start is returned. Nil when the failure
+    /// stands: another error, a second ENOENT (`retried` is set here), or `start` itself failing.
+    func startAgain(after error: Errno, retried: inout Bool,
+                    _ start: () throws(Errno) -> StartingProcess) -> StartingProcess? {
+        guard error == Errno(ENOENT), !retried else { return nil }
+        retried = true
         searchAgain()
-        return try children.spawn(argv, executable: path, environment: environment,
-                                  stdin: stdin, stdout: stdout, stderr: stderr)
+        return try? start()
     }
 }

@@ -127,14 +127,11 @@ final class HandlerRun {
         case .success(let started):
             child = started
         case .failure(let error):
-            if error == Errno(ENOENT), !searchedAgain {
-                // The remembered file has gone: search PATH again and try once more.
-                searchedAgain = true
-                command.searchAgain()
-                if let again = try? Self.startProcess(command, children, environment: environment) {
-                    waitFor(again)
-                    return
-                }
+            if let again = command.startAgain(after: error, retried: &searchedAgain, { () throws(Errno) in
+                try Self.startProcess(command, children, environment: environment)
+            }) {
+                waitFor(again)
+                return
             }
             failure = "cannot run \(command.name): \(error)"
             finish(status: nil)

@@ -7,8 +7,10 @@ import BLBlueZ
 import BLCommand
 import BLDBus
 
-/// Raw mode (inetd style): one COMMAND per central, started by its first write. What the central
-/// writes goes to COMMAND's stdin; COMMAND's stdout goes back to that central as notifications
+/// Raw mode (inetd style): one COMMAND per central, started by its first write (on a thread of its
+/// own, so other centrals are served meanwhile; what the central writes until COMMAND runs is
+/// held for it, and its write requests are answered once COMMAND runs, or refused when it
+/// cannot be started). What the central writes goes to COMMAND's stdin; COMMAND's stdout goes back to that central as notifications
 /// while it is the sole subscriber, otherwise into its read queue (announced by an empty
 /// notification, which adds no bytes to anyone's stream).
 ///
@@ -19,6 +21,12 @@ final class RawMode: ServeMode {
     final class Session {
         let device: String
         var process: Subprocess?
+        /// COMMAND while it is being started.
+        var starting: StartingProcess?
+        /// What the central wrote while COMMAND was being started, for its stdin.
+        var held: [UInt8] = []
+        /// PATH was searched again for this COMMAND (after ENOENT).
+        var searchedAgain = false
         var started = 0.0
         /// COMMAND's stdin, with what it has not taken yet.
         var stdin: QueuedOutput?
@@ -30,6 +38,8 @@ final class RawMode: ServeMode {
         var bytesOut = 0
         var gone = false
         var droppedWarned = false
+        /// A write command was dropped: COMMAND's input ends with what it had taken before.
+        var inputCut = false
         /// How output went last (for the log): true by notification, false through reads.
         var pushed: Bool?
         /// Pieces of output handed to the notifier and not yet sent or diverted.
@@ -82,21 +92,37 @@ final class RawMode: ServeMode {
             call.reply([])
             return
         }
-        if s.process == nil {
+        if s.process == nil && s.starting == nil {
             guard start(s) else {
                 call.fail(GattError.application(0x83))
                 return
             }
         }
+        if s.inputCut {
+            call.fail(GattError.application(0x82))
+            return
+        }
+        if s.starting != nil {
+            if !value.isEmpty {
+                guard s.held.count + value.count <= Self.stdinLimit else {
+                    dropping(value, s, call)
+                    return
+                }
+                s.bytesIn += value.count
+                s.held += value
+            }
+            if call.expectsReply {
+                s.deferred.append(call)
+            } else {
+                call.reply([])
+            }
+            return
+        }
         // Once COMMAND has closed its stdin, what the central writes goes nowhere: that is its
         // business, as when it ignores its input.
         if !value.isEmpty, let stdin = s.stdin {
             if stdin.queuedCount + value.count > Self.stdinLimit {
-                if !s.droppedWarned {
-                    Tool.warn("\(Server.centralName(device)): COMMAND is not reading; dropping writes")
-                    s.droppedWarned = true
-                }
-                call.fail(GattError.application(0x82))
+                dropping(value, s, call)
                 return
             }
             s.bytesIn += value.count
@@ -109,6 +135,34 @@ final class RawMode: ServeMode {
         } else {
             call.reply([])
         }
+    }
+
+    /// A write that would take what COMMAND has not read yet over ``stdinLimit``. A write request
+    /// is refused (the central may send it again later). A write command cannot be: bluetoothd
+    /// has acknowledged it already. Rather than go on with a hole in the stream, COMMAND's input
+    /// then ends (end of file) after what it has taken, and later writes are dropped until it has
+    /// ended; the central's next write starts it anew.
+    private func dropping(_ value: [UInt8], _ s: Session, _ call: IncomingCall) {
+        if !call.expectsReply {
+            s.inputCut = true
+            Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input ends after \(s.bytesIn) bytes, later writes are dropped")
+            if s.stdin != nil { endInputOnceWritten(s) }
+        } else if !s.droppedWarned {
+            Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading; refusing writes")
+            s.droppedWarned = true
+        }
+        call.fail(GattError.application(0x82))
+    }
+
+    /// Closes COMMAND's stdin once what is queued for it has been written.
+    private func endInputOnceWritten(_ s: Session) {
+        guard let stdin = s.stdin else { return }
+        let end = { [weak self, weak s] in
+            guard let self, let s else { return }
+            self.closeStdin(s)
+            self.answerDeferred(s)
+        }
+        if stdin.queuedCount == 0 { end() } else { stdin.onEmpty = end }
     }
 
     func read(_ options: GattRequestOptions, _ call: IncomingCall) {
@@ -143,6 +197,9 @@ final class RawMode: ServeMode {
 
     func shutdown() {
         for s in Array(sessions.values) + Array(ending.values) {
+            s.starting?.cancel()
+            s.starting = nil
+            s.held = []
             answerDeferred(s)
             closeStdin(s)
             // COMMAND was reaped, but what it started still holds its stdout: the server's
@@ -153,20 +210,63 @@ final class RawMode: ServeMode {
 
     // MARK: - The process
 
+    /// Starts COMMAND for the session on a thread of its own; false when it cannot be (said why).
     private func start(_ s: Session) -> Bool {
-        let process: Subprocess
-        do {
-            process = try server.handler.spawn(server.children, environment: server.environment(device: s.device),
-                                               stdin: .pipe, stdout: .pipe, stderr: .inherit)
-        } catch {
-            Tool.warn("cannot run \(server.handler.name): \(error)")
-            return false
-        }
-        s.process = process
         s.started = MonotonicClock.seconds()
         s.bytesIn = 0
         s.bytesOut = 0
         s.droppedWarned = false
+        s.inputCut = false
+        s.searchedAgain = false
+        do {
+            waitFor(try startProcess(s), s)
+        } catch {
+            Tool.warn("cannot run \(server.handler.name): \(error)")
+            return false
+        }
+        return true
+    }
+
+    private func startProcess(_ s: Session) throws(Errno) -> StartingProcess {
+        try server.handler.start(server.children, environment: server.environment(device: s.device),
+                                 stdin: .pipe, stdout: .pipe, stderr: .inherit)
+    }
+
+    private func waitFor(_ starting: StartingProcess, _ s: Session) {
+        s.starting = starting
+        starting.onStarted = { [weak self, weak s] result in
+            guard let self, let s else {
+                if case .success(let child) = result { child.discard() }
+                return
+            }
+            self.started(s, result)
+        }
+    }
+
+    /// COMMAND has started, or could not be.
+    private func started(_ s: Session, _ result: Result<Subprocess, Errno>) {
+        s.starting = nil
+        let process: Subprocess
+        switch result {
+        case .success(let child):
+            process = child
+        case .failure(let error):
+            if let again = server.handler.startAgain(after: error, retried: &s.searchedAgain, { () throws(Errno) in
+                try self.startProcess(s)
+            }) {
+                waitFor(again, s)
+                return
+            }
+            Tool.warn("cannot run \(server.handler.name): \(error)")
+            // What was held goes nowhere: the central's write requests are refused, and its
+            // next write tries again.
+            s.held = []
+            let calls = s.deferred
+            s.deferred.removeAll()
+            for call in calls { call.fail(GattError.application(0x83)) }
+            return
+        }
+        s.process = process
         process.onExit = { [unowned self, unowned s] _ in self.exited(s) }
         let stdin = QueuedOutput(fd: process.stdinFD, loop: loop, limit: Self.stdinHighWater)
         stdin.onRoom = { [unowned self, unowned s] in self.answerDeferred(s) }
@@ -177,8 +277,15 @@ final class RawMode: ServeMode {
         }
         s.stdin = stdin
         server.debug("\(Server.centralName(s.device)): started \(server.handler.name) (pid \(process.pid))")
+        if !s.held.isEmpty {
+            stdin.write(s.held)
+            s.held = []
+            try? stdin.flush()
+        }
+        if s.inputCut { endInputOnceWritten(s) }
+        // Write requests that came meanwhile are answered now, or once COMMAND has read enough.
+        if s.stdin?.isFull != true { answerDeferred(s) }
         updateStdoutWatch(s)
-        return true
     }
 
     private func answerDeferred(_ s: Session) {
@@ -346,6 +453,9 @@ final class RawMode: ServeMode {
         server.notifier.drop(target: s.device)
         s.replies.removeAll()
         answerDeferred(s)
+        s.starting?.cancel()
+        s.starting = nil
+        s.held = []
         guard let process = s.process else {
             forget(s)
             return

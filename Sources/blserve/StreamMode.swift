@@ -12,6 +12,9 @@ import BLDBus
 final class StreamMode: ServeMode {
     unowned let server: Server
     private var process: Subprocess?
+    /// COMMAND while it is being started (on a thread of its own).
+    private var starting: StartingProcess?
+    private var searchedAgain = false
     private var stdoutWatch: WatchToken?
     private var started = false
     private var finishing = false
@@ -52,6 +55,8 @@ final class StreamMode: ServeMode {
     }
 
     func shutdown() {
+        starting?.cancel()
+        starting = nil
         if let w = stdoutWatch { loop.remove(w) }
         stdoutWatch = nil
         // COMMAND was reaped, but what it started still holds its stdout: the server's
@@ -63,14 +68,41 @@ final class StreamMode: ServeMode {
         started = true
         startTime = MonotonicClock.seconds()
         do {
-            process = try server.handler.spawn(server.children, environment: server.environment(device: nil),
-                                               stdin: .null, stdout: .pipe, stderr: .inherit)
+            waitFor(try startProcess())
         } catch {
-            server.shutdown(ToolError(.unavailable, "cannot run \(server.handler.name): \(error)"))
-            return
+            cannotRun(error)
         }
-        server.debug("started \(server.handler.name) (pid \(process!.pid))")
-        process!.onExit = { [unowned self] _ in self.checkEnded() }
+    }
+
+    private func startProcess() throws(Errno) -> StartingProcess {
+        try server.handler.start(server.children, environment: server.environment(device: nil),
+                                 stdin: .null, stdout: .pipe, stderr: .inherit)
+    }
+
+    private func waitFor(_ starting: StartingProcess) {
+        self.starting = starting
+        starting.onStarted = { [unowned self] result in
+            self.starting = nil
+            switch result {
+            case .success(let child):
+                process = child
+                server.debug("started \(server.handler.name) (pid \(child.pid))")
+                child.onExit = { [unowned self] _ in self.checkEnded() }
+                updateWatch()
+            case .failure(let error):
+                if let again = server.handler.startAgain(after: error, retried: &searchedAgain, { () throws(Errno) in
+                    try self.startProcess()
+                }) {
+                    waitFor(again)
+                } else {
+                    cannotRun(error)
+                }
+            }
+        }
+    }
+
+    private func cannotRun(_ error: Errno) {
+        server.shutdown(ToolError(.unavailable, "cannot run \(server.handler.name): \(error)"))
     }
 
     private func updateWatch() {

@@ -51,6 +51,8 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertTrue(fullSeen)
         XCTAssertGreaterThan(out.queuedCount, 1 << 19)
         XCTAssertEqual(roomCalls, 0)
+        var emptyCalls = 0
+        out.onEmpty = { emptyCalls += 1 }
 
         // The reader takes 800,000 bytes and stops: about 180 KB stay queued, under half.
         let part = 800_000
@@ -76,14 +78,19 @@ final class QueuedOutputTests: XCTestCase {
         _ = loop.run(until: { roomCalls > 0 }, timeout: 1)
         XCTAssertEqual(roomCalls, 1, "room must be announced at half, not only when empty")
         XCTAssertGreaterThan(out.queuedCount, 0)
+        XCTAssertEqual(emptyCalls, 0)
         resume.signal()
         XCTAssertTrue(loop.run(until: { out.queuedCount == 0 }, timeout: 20))
         XCTAssertEqual(roomCalls, 1)
-        XCTAssertEqual(out.bytesWritten, payload.count)
+        XCTAssertEqual(emptyCalls, 1, "onEmpty must be called once everything is written")
+        out.write([1, 2, 3])
+        try? out.flush()
+        XCTAssertEqual(emptyCalls, 1, "onEmpty is called once")
+        XCTAssertEqual(out.bytesWritten, payload.count + 3)
         out.close()
         close(w)
         XCTAssertEqual(finished.wait(timeout: .now() + 10), .success)
-        XCTAssertTrue(got == payload)
+        XCTAssertTrue(got == payload + [1, 2, 3])
         XCTAssertEqual(failures.list, [])
     }
 

@@ -31,8 +31,30 @@ final class HandlerCommandTests: XCTestCase {
         return path
     }
 
+    /// Starts `command` as blserve does: on a thread, and once more after a search of PATH when the
+    /// start failed with ENOENT.
+    private func started(_ command: HandlerCommand, stdout: Subprocess.Stream = .pipe) throws(Errno) -> Subprocess {
+        func start() throws(Errno) -> StartingProcess {
+            try command.start(children, environment: [], stdin: .null, stdout: stdout, stderr: .null)
+        }
+        var starting = try start()
+        var retried = false
+        while true {
+            _ = loop.run(until: { starting.result != nil }, timeout: 10)
+            switch starting.result {
+            case .success(let child)?:
+                return child
+            case .failure(let error)?:
+                guard let again = command.startAgain(after: error, retried: &retried, start) else { throw error }
+                starting = again
+            case nil:
+                throw Errno(ETIMEDOUT)
+            }
+        }
+    }
+
     private func output(_ command: HandlerCommand) throws -> String {
-        let child = try command.spawn(children, environment: [], stdin: .null, stdout: .pipe, stderr: .inherit)
+        let child = try started(command)
         let out = try XCTUnwrap(readPipe(child.stdoutFD, on: loop), "stdout did not end")
         _ = loop.run(until: { child.status != nil }, timeout: 10)
         XCTAssertEqual(child.status, .exited(0))
@@ -68,10 +90,24 @@ final class HandlerCommandTests: XCTestCase {
         XCTAssertEqual(lookups, 2)
     }
 
+    func testOnlyAMissingFileIsSearchedForAgain() throws {
+        let path = try script("handler-a", printing: "a")
+        XCTAssertEqual(chmod(path, 0o644), 0)
+        var lookups = 0
+        let command = HandlerCommand(["handler"]) { _ in
+            lookups += 1
+            return path
+        }
+        XCTAssertThrowsError(try started(command, stdout: .null)) {
+            XCTAssertEqual($0 as? Errno, Errno(EACCES))
+        }
+        XCTAssertEqual(lookups, 1, "PATH was searched again after a failure other than ENOENT")
+    }
+
     func testNothingFoundFailsLikeExec() throws {
         let command = HandlerCommand(["no-such-handler-blpipe"]) { _ in nil }
         XCTAssertNil(command.resolvedPath)
-        XCTAssertThrowsError(try command.spawn(children, environment: [], stdin: .null, stdout: .null, stderr: .null)) {
+        XCTAssertThrowsError(try started(command, stdout: .null)) {
             XCTAssertEqual($0 as? Errno, Errno(ENOENT))
         }
     }

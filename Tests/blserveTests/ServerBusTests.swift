@@ -424,18 +424,22 @@ final class ServerBusTests: XCTestCase {
         (try? Array(Data(contentsOf: URL(fileURLWithPath: path)))) ?? []
     }
 
-    /// Waits until the file at `path` has stopped growing for `quiet` seconds.
+    /// Waits until the file at `path` has stopped growing for `quiet` seconds (the loop runs
+    /// meanwhile, in steps: an idle loop would not look again).
     private func waitUntilSettled(_ path: String, quiet: Double = 0.5, timeout: Double = 20) {
         var size = -1
         var since = MonotonicClock.seconds()
-        _ = loop.run(until: {
-            let now = self.fileSize(path)
+        let deadline = since + timeout
+        while MonotonicClock.seconds() < deadline {
+            settle(0.05)
+            let now = fileSize(path)
             if now != size {
                 size = now
                 since = MonotonicClock.seconds()
+            } else if size > 0 && MonotonicClock.seconds() - since >= quiet {
+                return
             }
-            return size > 0 && MonotonicClock.seconds() - since >= quiet
-        }, timeout: timeout)
+        }
     }
 
     func testRawModeWriteRequestsWaitWhileTheCommandDoesNotRead() throws {
@@ -460,8 +464,12 @@ final class ServerBusTests: XCTestCase {
     }
 
     func testRawModeDropsWriteCommandsBeyondWhatItHolds() throws {
-        let out = try scratchDirectory() + "/in"
-        try start(["--mode", "raw", "--write-without-response", "sh", "-c", "sleep 2; exec cat > \(out)"])
+        let dir = try scratchDirectory()
+        let out = dir + "/in"
+        let go = dir + "/go"
+        // COMMAND reads nothing until every write has been taken or dropped.
+        try start(["--mode", "raw", "--write-without-response", "sh", "-c",
+                   "while [ ! -e \(go) ]; do sleep 0.05; done; exec cat > \(out)"])
         try bluez.setConnected(a, true)
         let data = (0..<1_600_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
         var sent = 0
@@ -470,13 +478,24 @@ final class ServerBusTests: XCTestCase {
             try bluez.writeCommand(Array(data[sent..<sent + n]), from: a, mtu: 517)
             sent += n
         }
-        waitUntilSettled(out, timeout: 30)
+        // Handled in order: once a request after them is answered, every command has been.
+        XCTAssertEqual(refusal(bluez.write([0], from: a, mtu: 517)), "0x82")
+        XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: nil))
         // Commands cannot be held back: beyond 1 MiB queued (plus what the pipe holds) they are
-        // dropped, and what COMMAND got is the stream's beginning, in order.
+        // dropped, and COMMAND's input ends there (cat ends): it gets the stream's beginning, in
+        // order, never a stream with a hole.
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 30), "COMMAND's input did not end")
+        waitUntilSettled(out)
         let got = contents(out)
-        XCTAssertGreaterThanOrEqual(got.count, 1 << 20)
+        XCTAssertGreaterThanOrEqual(got.count, (1 << 20) - 510)
         XCTAssertLessThan(got.count, data.count)
         XCTAssertTrue(got[...] == data[0..<got.count], "what COMMAND got is not the beginning of the stream")
+        // The next write starts a new COMMAND, which gets it.
+        XCTAssertEqual(unlink(out), 0)
+        ok(bluez.write(Array("next".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle == false }, timeout: 5))
+        waitUntilSettled(out, timeout: 10)
+        XCTAssertEqual(contents(out), Array("next".utf8))
     }
 
     func testRawModeCentralBackAtOnceGetsANewCommand() throws {
@@ -489,6 +508,46 @@ final class ServerBusTests: XCTestCase {
         try bluez.setConnected(a, true)
         ok(bluez.write(Array("after".utf8), from: a))
         XCTAssertEqual(reply(for: a, timeout: 1.5), "after")
+    }
+
+    /// COMMAND starts on a thread of its own: what the central writes meanwhile is held and reaches
+    /// it in order, and a write request is answered only once COMMAND runs.
+    func testRawModeHoldsWhatComesWhileItsCommandStarts() throws {
+        let out = try scratchDirectory() + "/in"
+        try start(["--mode", "raw", "--write-without-response", "sh", "-c", "exec cat > \(out)"])
+        try bluez.setConnected(a, true)
+        let data = (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 7) }
+        // All sent before the loop runs: the first starts COMMAND, the rest come while it starts.
+        for piece in stride(from: 0, to: data.count - 500, by: 500) {
+            try bluez.writeCommand(Array(data[piece..<piece + 500]), from: a, mtu: 517)
+        }
+        let raw = try XCTUnwrap(server.mode as? RawMode)
+        XCTAssertTrue(loop.run(until: { raw.sessions[self.a]?.held.isEmpty == false }, timeout: 5),
+                      "nothing was held while COMMAND started: the test proves nothing")
+        XCTAssertNotNil(raw.sessions[a]?.starting)
+        // The last piece as a request: its answer means COMMAND runs and has it.
+        ok(bluez.write(Array(data[(data.count - 500)...]), from: a, mtu: 517))
+        XCTAssertNotNil(raw.sessions[a]?.process, "a write request was answered before COMMAND ran")
+        waitUntilSettled(out)
+        XCTAssertTrue(contents(out) == data, "COMMAND got \(fileSize(out)) bytes, not the \(data.count) written")
+    }
+
+    /// A COMMAND that cannot be started gets the central's write request refused, not taken and
+    /// lost; the next write starts it again.
+    func testRawModeRefusesWritesWhenItsCommandCannotStart() throws {
+        let dir = try scratchDirectory()
+        let handler = dir + "/handler"
+        try "#!/bin/sh\nexec cat\n".write(toFile: handler, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        try start(["--mode", "raw", handler])
+        XCTAssertEqual(chmod(handler, 0o644), 0)  // found at start-up, no longer executable
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        XCTAssertEqual(refusal(bluez.write(Array("lost? ".utf8), from: a)), "0x83")
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        ok(bluez.write(Array("again".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().count >= 5 }, timeout: 5))
+        XCTAssertEqual(String(decoding: bluez.notifications.joined(), as: UTF8.self), "again")
     }
 
     func testRawModeCarriesALargeTransferBothWays() throws {
