@@ -134,6 +134,10 @@ public final class ChildProcesses {
     /// false starts them in place, as when no thread can be created (for tests).
     var startsOnThreads = true
 
+    /// For tests: the spawning threads' reports reach the loop this many seconds late, as those
+    /// of a slow start would.
+    var reportDelay = 0.0
+
     /// Children started and not yet reaped.
     public var running: [Subprocess] { children }
 
@@ -226,6 +230,16 @@ public final class ChildProcesses {
         resultPipe = (read, write)
         resultWatch = loop.watch(fd: read, events: .readable) { [weak self] _ in
             guard let self else { return }
+            if self.reportDelay > 0, let watch = self.resultWatch {
+                self.loop.setEvents(watch, [])
+                _ = self.loop.schedule(after: self.reportDelay) { [weak self] in
+                    guard let self, let watch = self.resultWatch else { return }
+                    self.loop.setEvents(watch, .readable)
+                    self.collectStarted()
+                    self.reap()
+                }
+                return
+            }
             self.collectStarted()
             // A child that ended before it was adopted had its SIGCHLD read already.
             self.reap()

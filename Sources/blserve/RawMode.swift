@@ -10,9 +10,9 @@ import BLDBus
 /// Raw mode (inetd style): one COMMAND per central, started by its first write (on a thread of its
 /// own, so other centrals are served meanwhile; what the central writes until COMMAND runs is
 /// held for it, and its write requests are answered once COMMAND runs, or refused when it
-/// cannot be started). What the central writes goes to COMMAND's stdin; COMMAND's stdout goes back to that central as notifications
-/// while it is the sole subscriber, otherwise into its read queue (announced by an empty
-/// notification, which adds no bytes to anyone's stream).
+/// cannot be started). What the central writes goes to COMMAND's stdin; COMMAND's stdout goes
+/// back to that central as notifications while it is the sole subscriber, otherwise into its
+/// read queue (announced by an empty notification, which adds no bytes to anyone's stream).
 ///
 /// Flow control both ways: a write request is answered only once COMMAND's stdin has room (the
 /// central then waits, as ATT allows one write request at a time); COMMAND's stdout is read only
@@ -38,8 +38,12 @@ final class RawMode: ServeMode {
         var bytesOut = 0
         var gone = false
         var droppedWarned = false
-        /// A write command was dropped: COMMAND's input ends with what it had taken before.
-        var inputCut = false
+        /// Bytes of the central's stream were lost without it being told (write commands dropped,
+        /// or held for a COMMAND that could not start): nothing more is taken from this connection,
+        /// so no COMMAND sees a stream with a hole in it or one that begins part-way.
+        var broken = false
+        /// Some of ``held`` came in write commands (bluetoothd has acknowledged them).
+        var heldUnanswered = false
         /// How output went last (for the log): true by notification, false through reads.
         var pushed: Bool?
         /// Pieces of output handed to the notifier and not yet sent or diverted.
@@ -92,15 +96,15 @@ final class RawMode: ServeMode {
             call.reply([])
             return
         }
+        if s.broken {
+            call.fail(GattError.application(0x82))
+            return
+        }
         if s.process == nil && s.starting == nil {
             guard start(s) else {
                 call.fail(GattError.application(0x83))
                 return
             }
-        }
-        if s.inputCut {
-            call.fail(GattError.application(0x82))
-            return
         }
         if s.starting != nil {
             if !value.isEmpty {
@@ -110,6 +114,7 @@ final class RawMode: ServeMode {
                 }
                 s.bytesIn += value.count
                 s.held += value
+                if !call.expectsReply { s.heldUnanswered = true }
             }
             if call.expectsReply {
                 s.deferred.append(call)
@@ -140,12 +145,13 @@ final class RawMode: ServeMode {
     /// A write that would take what COMMAND has not read yet over ``stdinLimit``. A write request
     /// is refused (the central may send it again later). A write command cannot be: bluetoothd
     /// has acknowledged it already. Rather than go on with a hole in the stream, COMMAND's input
-    /// then ends (end of file) after what it has taken, and later writes are dropped until it has
-    /// ended; the central's next write starts it anew.
+    /// then ends (end of file) after what it has taken, and the connection takes nothing more
+    /// (``Session/broken``).
     private func dropping(_ value: [UInt8], _ s: Session, _ call: IncomingCall) {
         if !call.expectsReply {
-            s.inputCut = true
-            Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input ends after \(s.bytesIn) bytes, later writes are dropped")
+            s.broken = true
+            Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input "
+                      + "ends after \(s.bytesIn) bytes; writes are dropped until the central connects again")
             if s.stdin != nil { endInputOnceWritten(s) }
         } else if !s.droppedWarned {
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading; refusing writes")
@@ -200,6 +206,7 @@ final class RawMode: ServeMode {
             s.starting?.cancel()
             s.starting = nil
             s.held = []
+            s.heldUnanswered = false
             answerDeferred(s)
             closeStdin(s)
             // COMMAND was reaped, but what it started still holds its stdout: the server's
@@ -216,7 +223,6 @@ final class RawMode: ServeMode {
         s.bytesIn = 0
         s.bytesOut = 0
         s.droppedWarned = false
-        s.inputCut = false
         s.searchedAgain = false
         do {
             waitFor(try startProcess(s), s)
@@ -258,9 +264,15 @@ final class RawMode: ServeMode {
                 return
             }
             Tool.warn("cannot run \(server.handler.name): \(error)")
-            // What was held goes nowhere: the central's write requests are refused, and its
-            // next write tries again.
+            // What was held goes nowhere: the central's write requests are refused, and its next
+            // write tries again, unless write commands were lost (their central was not told).
+            if s.heldUnanswered {
+                s.broken = true
+                Tool.warn("\(Server.centralName(s.device)): \(s.held.count) bytes lost; "
+                          + "writes are dropped until the central connects again")
+            }
             s.held = []
+            s.heldUnanswered = false
             let calls = s.deferred
             s.deferred.removeAll()
             for call in calls { call.fail(GattError.application(0x83)) }
@@ -282,7 +294,8 @@ final class RawMode: ServeMode {
             s.held = []
             try? stdin.flush()
         }
-        if s.inputCut { endInputOnceWritten(s) }
+        s.heldUnanswered = false
+        if s.broken { endInputOnceWritten(s) }
         // Write requests that came meanwhile are answered now, or once COMMAND has read enough.
         if s.stdin?.isFull != true { answerDeferred(s) }
         updateStdoutWatch(s)
@@ -456,6 +469,7 @@ final class RawMode: ServeMode {
         s.starting?.cancel()
         s.starting = nil
         s.held = []
+        s.heldUnanswered = false
         guard let process = s.process else {
             forget(s)
             return

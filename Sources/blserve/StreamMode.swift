@@ -81,7 +81,11 @@ final class StreamMode: ServeMode {
 
     private func waitFor(_ starting: StartingProcess) {
         self.starting = starting
-        starting.onStarted = { [unowned self] result in
+        starting.onStarted = { [weak self] result in
+            guard let self else {
+                if case .success(let child) = result { child.discard() }
+                return
+            }
             self.starting = nil
             switch result {
             case .success(let child):

@@ -85,6 +85,7 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertEqual(emptyCalls, 1, "onEmpty must be called once everything is written")
         out.write([1, 2, 3])
         try? out.flush()
+        XCTAssertTrue(loop.run(until: { out.queuedCount == 0 }, timeout: 20))
         XCTAssertEqual(emptyCalls, 1, "onEmpty is called once")
         XCTAssertEqual(out.bytesWritten, payload.count + 3)
         out.close()

@@ -2,7 +2,7 @@ import BLTestSupport
 import XCTest
 import Glibc
 import BLBlueZ
-import BLCommand
+@testable import BLCommand
 import BLDBus
 import BLFrame
 @testable import blserve
@@ -490,12 +490,62 @@ final class ServerBusTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(got.count, (1 << 20) - 510)
         XCTAssertLessThan(got.count, data.count)
         XCTAssertTrue(got[...] == data[0..<got.count], "what COMMAND got is not the beginning of the stream")
-        // The next write starts a new COMMAND, which gets it.
+        // The connection takes nothing more: a new COMMAND would get the stream part-way.
         XCTAssertEqual(unlink(out), 0)
+        XCTAssertEqual(refusal(bluez.write(Array("more".utf8), from: a)), "0x82")
+        settle(0.2)
+        XCTAssertTrue(server.children.isIdle, "a COMMAND was started for a broken stream")
+        // Connected again, the central starts afresh.
+        try bluez.setConnected(a, false)
+        try bluez.setConnected(a, true)
         ok(bluez.write(Array("next".utf8), from: a))
         XCTAssertTrue(loop.run(until: { self.server.children.isIdle == false }, timeout: 5))
         waitUntilSettled(out, timeout: 10)
         XCTAssertEqual(contents(out), Array("next".utf8))
+    }
+
+    /// Write commands over the limit while COMMAND is still starting: it gets what was held, then
+    /// end of file.
+    func testRawModeCutWhileItsCommandStarts() throws {
+        let out = try scratchDirectory() + "/in"
+        try start(["--mode", "raw", "--write-without-response", "sh", "-c", "exec cat > \(out)"])
+        server.children.reportDelay = 1
+        try bluez.setConnected(a, true)
+        let data = (0..<1_200_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
+        for piece in stride(from: 0, to: data.count, by: 500) {
+            try bluez.writeCommand(Array(data[piece..<piece + 500]), from: a, mtu: 517)
+        }
+        XCTAssertEqual(refusal(bluez.write([0], from: a, mtu: 517)), "0x82")
+        let raw = try XCTUnwrap(server.mode as? RawMode)
+        XCTAssertNotNil(raw.sessions[a]?.starting, "COMMAND started before the cut: the test proves nothing")
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 10), "COMMAND's input did not end")
+        waitUntilSettled(out)
+        XCTAssertTrue(contents(out)[...] == data[0..<(1 << 20) / 500 * 500],
+                      "COMMAND got \(fileSize(out)) bytes, not the \((1 << 20) / 500 * 500) held for it")
+    }
+
+    /// Write commands held for a COMMAND that then cannot start are lost without their central
+    /// knowing: the connection takes nothing more (its write request is refused).
+    func testRawModeWriteCommandsLostToAFailedStartBreakTheConnection() throws {
+        let dir = try scratchDirectory()
+        let handler = dir + "/handler"
+        try "#!/bin/sh\nexec cat\n".write(toFile: handler, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        try start(["--mode", "raw", "--write-without-response", handler])
+        XCTAssertEqual(chmod(handler, 0o644), 0)
+        server.children.reportDelay = 0.5
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        try bluez.writeCommand(Array("lost ".utf8), from: a)
+        XCTAssertEqual(refusal(bluez.write(Array("then ".utf8), from: a)), "0x83")
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        XCTAssertEqual(refusal(bluez.write(Array("more ".utf8), from: a)), "0x82")
+        try bluez.setConnected(a, false)
+        try bluez.setConnected(a, true)
+        server.children.reportDelay = 0
+        ok(bluez.write(Array("again".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().count >= 5 }, timeout: 5))
+        XCTAssertEqual(String(decoding: bluez.notifications.joined(), as: UTF8.self), "again")
     }
 
     func testRawModeCentralBackAtOnceGetsANewCommand() throws {
