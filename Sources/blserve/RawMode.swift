@@ -109,7 +109,7 @@ final class RawMode: ServeMode {
         if s.starting != nil {
             if !value.isEmpty {
                 guard s.held.count + value.count <= Self.stdinLimit else {
-                    dropping(value, s, call)
+                    dropping(s, call)
                     return
                 }
                 s.bytesIn += value.count
@@ -127,7 +127,7 @@ final class RawMode: ServeMode {
         // business, as when it ignores its input.
         if !value.isEmpty, let stdin = s.stdin {
             if stdin.queuedCount + value.count > Self.stdinLimit {
-                dropping(value, s, call)
+                dropping(s, call)
                 return
             }
             s.bytesIn += value.count
@@ -147,7 +147,7 @@ final class RawMode: ServeMode {
     /// has acknowledged it already. Rather than go on with a hole in the stream, COMMAND's input
     /// then ends (end of file) after what it has taken, and the connection takes nothing more
     /// (``Session/broken``).
-    private func dropping(_ value: [UInt8], _ s: Session, _ call: IncomingCall) {
+    private func dropping(_ s: Session, _ call: IncomingCall) {
         if !call.expectsReply {
             s.broken = true
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input "
