@@ -18,7 +18,7 @@ final class FrameMode: ServeMode {
         var pending: [FrameRequest] = []
         var running: HandlerRun?
         /// --prestart: COMMAND started for this central's next request.
-        var startedAhead: StartingProcess?
+        var startedAhead: HandlerStart?
         var replies: ReplyQueue
         /// Replies handed to the notifier and not yet sent (push), and their bytes.
         var pushing = 0

@@ -28,28 +28,105 @@ final class HandlerCommand {
     /// The file that runs now, if it was found.
     var resolvedPath: String? { path }
 
-    /// Starts it on a thread of its own (``ChildProcesses/start(_:executable:environment:stdin:stdout:stderr:)``)
-    /// by the remembered file. When that fails with ENOENT the file may have gone:
-    /// ``startAgain(after:retried:_:)`` searches again and starts it once more.
+    /// Starts it on a thread of its own by the remembered file; when that fails with ENOENT the
+    /// file may have gone, and the returned ``HandlerStart`` searches `PATH` again and starts it
+    /// once more.
+    ///
+    /// - Throws: the `Errno` of creating the pipes or the spawn attributes (nothing was started).
     func start(_ children: ChildProcesses, environment: [(String, String)], stdin: Subprocess.Stream,
-               stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> StartingProcess {
-        try children.start(argv, executable: path, environment: environment, stdin: stdin, stdout: stdout, stderr: stderr)
+               stdout: Subprocess.Stream, stderr: Subprocess.Stream) throws(Errno) -> HandlerStart {
+        try HandlerStart(self, children, environment: environment, streams: (stdin, stdout, stderr))
+    }
+
+    /// One start by the remembered file.
+    fileprivate func startOnce(_ children: ChildProcesses, environment: [(String, String)],
+                               streams: (Subprocess.Stream, Subprocess.Stream, Subprocess.Stream)) throws(Errno) -> StartingProcess {
+        try children.start(argv, executable: path, environment: environment,
+                           stdin: streams.0, stdout: streams.1, stderr: streams.2)
     }
 
     /// Looks the program up again (after a start failed with ENOENT); nil when it is nowhere,
     /// and a start then lets `posix_spawnp` search and say why.
-    private func searchAgain() {
+    fileprivate func searchAgain() {
         path = resolve(argv[0])
     }
+}
 
-    /// After a start failed with `error`: ENOENT may mean the remembered file has gone, so `PATH`
-    /// is searched again and `start` called once more; its start is returned. Nil when the failure
-    /// stands: another error, a second ENOENT (`retried` is set here), or `start` itself failing.
-    func startAgain(after error: Errno, retried: inout Bool,
-                    _ start: () throws(Errno) -> StartingProcess) -> StartingProcess? {
-        guard error == Errno(ENOENT), !retried else { return nil }
-        retried = true
-        searchAgain()
-        return try? start()
+/// COMMAND being started (``HandlerCommand/start(_:environment:stdin:stdout:stderr:)``), like a
+/// ``StartingProcess`` but with the second try after ENOENT included: ``onStarted`` hears once,
+/// with the process or with why it could not be started.
+final class HandlerStart {
+    private let command: HandlerCommand
+    private let children: ChildProcesses
+    private let environment: [(String, String)]
+    private let streams: (Subprocess.Stream, Subprocess.Stream, Subprocess.Stream)
+    /// The start under way, the second one after a search of PATH.
+    private var current: StartingProcess
+    private var searchedAgain = false
+    private var cancelled = false
+
+    /// The started child (tracked by its ``ChildProcesses``) or why it could not be started,
+    /// once known.
+    private(set) var result: Result<Subprocess, Errno>?
+    /// Called once on the loop with ``result`` when it becomes known, unless cancelled before.
+    /// Replacing it hands the process over to someone else.
+    var onStarted: ((Result<Subprocess, Errno>) -> Void)?
+
+    fileprivate init(_ command: HandlerCommand, _ children: ChildProcesses, environment: [(String, String)],
+                     streams: (Subprocess.Stream, Subprocess.Stream, Subprocess.Stream)) throws(Errno) {
+        self.command = command
+        self.children = children
+        self.environment = environment
+        self.streams = streams
+        current = try command.startOnce(children, environment: environment, streams: streams)
+        watch(current)
+    }
+
+    /// The child once started, or nil.
+    var process: Subprocess? {
+        if case .success(let child)? = result { return child }
+        return nil
+    }
+
+    /// Ends the child without a word to anyone (``StartingProcess/cancel()``); ``onStarted`` is
+    /// not called.
+    func cancel() {
+        cancelled = true
+        onStarted = nil
+        current.cancel()
+    }
+
+    private func watch(_ starting: StartingProcess) {
+        starting.onStarted = { [weak self] outcome in
+            guard let self else {
+                // Its owner let it go meanwhile: nobody wants the process.
+                if case .success(let child) = outcome { child.discard() }
+                return
+            }
+            self.started(outcome)
+        }
+    }
+
+    private func started(_ outcome: Result<Subprocess, Errno>) {
+        if case .failure(let error) = outcome, error == Errno(ENOENT), !searchedAgain {
+            searchedAgain = true
+            command.searchAgain()
+            do {
+                current = try command.startOnce(children, environment: environment, streams: streams)
+                // Cancelled while PATH was searched: the new start is not wanted either.
+                if cancelled { current.cancel() } else { watch(current) }
+            } catch {
+                finish(.failure(error))
+            }
+            return
+        }
+        finish(outcome)
+    }
+
+    private func finish(_ outcome: Result<Subprocess, Errno>) {
+        result = outcome
+        let tell = onStarted
+        onStarted = nil
+        tell?(outcome)
     }
 }

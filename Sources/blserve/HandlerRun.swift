@@ -44,9 +44,7 @@ final class HandlerRun {
 
     private var process: Subprocess?
     /// The process while it is being started.
-    private var starting: StartingProcess?
-    /// A start failed with ENOENT and PATH was searched again (once per run).
-    private var searchedAgain = false
+    private var starting: HandlerStart?
     private var stdinWatch: WatchToken?
     private var stdoutWatch: WatchToken?
     private var timer: TimerToken?
@@ -72,17 +70,17 @@ final class HandlerRun {
     /// a thread of its own so that the loop goes on meanwhile. A process started ahead for a later
     /// run (--prestart) must be started by this too.
     static func startProcess(_ command: HandlerCommand, _ children: ChildProcesses,
-                             environment: [(String, String)]) throws(Errno) -> StartingProcess {
+                             environment: [(String, String)]) throws(Errno) -> HandlerStart {
         try command.start(children, environment: environment, stdin: .pipe, stdout: .pipe, stderr: .inherit)
     }
 
     /// Starts the process, or takes `startedAhead` (from ``startProcess(_:_:environment:)``, not
     /// reaped, nothing read from it; it may still be starting). A failure to start is reported
     /// through the completion, on a later turn.
-    func start(with startedAhead: StartingProcess? = nil) {
+    func start(with startedAhead: HandlerStart? = nil) {
         started = MonotonicClock.seconds()
         timer = loop.schedule(after: timeout) { [weak self] in self?.timedOut() }
-        let process: StartingProcess
+        let process: HandlerStart
         if let startedAhead {
             process = startedAhead
         } else {
@@ -98,7 +96,7 @@ final class HandlerRun {
     }
 
     /// Goes on with the run once `process` has started (at once when it has).
-    private func waitFor(_ process: StartingProcess) {
+    private func waitFor(_ process: HandlerStart) {
         if let result = process.result {
             if let child = process.process, child.isRunning {
                 begin(result)
@@ -127,12 +125,6 @@ final class HandlerRun {
         case .success(let started):
             child = started
         case .failure(let error):
-            if let again = command.startAgain(after: error, retried: &searchedAgain, { () throws(Errno) in
-                try Self.startProcess(command, children, environment: environment)
-            }) {
-                waitFor(again)
-                return
-            }
             failure = "cannot run \(command.name): \(error)"
             finish(status: nil)
             return

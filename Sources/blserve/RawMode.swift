@@ -22,11 +22,9 @@ final class RawMode: ServeMode {
         let device: String
         var process: Subprocess?
         /// COMMAND while it is being started.
-        var starting: StartingProcess?
+        var starting: HandlerStart?
         /// What the central wrote while COMMAND was being started, for its stdin.
         var held: [UInt8] = []
-        /// PATH was searched again for this COMMAND (after ENOENT).
-        var searchedAgain = false
         var started = 0.0
         /// COMMAND's stdin, with what it has not taken yet.
         var stdin: QueuedOutput?
@@ -223,22 +221,14 @@ final class RawMode: ServeMode {
         s.bytesIn = 0
         s.bytesOut = 0
         s.droppedWarned = false
-        s.searchedAgain = false
+        let starting: HandlerStart
         do {
-            waitFor(try startProcess(s), s)
+            starting = try server.handler.start(server.children, environment: server.environment(device: s.device),
+                                                stdin: .pipe, stdout: .pipe, stderr: .inherit)
         } catch {
             Tool.warn("cannot run \(server.handler.name): \(error)")
             return false
         }
-        return true
-    }
-
-    private func startProcess(_ s: Session) throws(Errno) -> StartingProcess {
-        try server.handler.start(server.children, environment: server.environment(device: s.device),
-                                 stdin: .pipe, stdout: .pipe, stderr: .inherit)
-    }
-
-    private func waitFor(_ starting: StartingProcess, _ s: Session) {
         s.starting = starting
         starting.onStarted = { [weak self, weak s] result in
             guard let self, let s else {
@@ -247,6 +237,7 @@ final class RawMode: ServeMode {
             }
             self.started(s, result)
         }
+        return true
     }
 
     /// COMMAND has started, or could not be.
@@ -257,12 +248,6 @@ final class RawMode: ServeMode {
         case .success(let child):
             process = child
         case .failure(let error):
-            if let again = server.handler.startAgain(after: error, retried: &s.searchedAgain, { () throws(Errno) in
-                try self.startProcess(s)
-            }) {
-                waitFor(again, s)
-                return
-            }
             Tool.warn("cannot run \(server.handler.name): \(error)")
             // What was held goes nowhere: the central's write requests are refused, and its next
             // write tries again, unless write commands were lost (their central was not told).

@@ -13,8 +13,7 @@ final class StreamMode: ServeMode {
     unowned let server: Server
     private var process: Subprocess?
     /// COMMAND while it is being started (on a thread of its own).
-    private var starting: StartingProcess?
-    private var searchedAgain = false
+    private var starting: HandlerStart?
     private var stdoutWatch: WatchToken?
     private var started = false
     private var finishing = false
@@ -67,19 +66,14 @@ final class StreamMode: ServeMode {
     private func start() {
         started = true
         startTime = MonotonicClock.seconds()
+        let starting: HandlerStart
         do {
-            waitFor(try startProcess())
+            starting = try server.handler.start(server.children, environment: server.environment(device: nil),
+                                                stdin: .null, stdout: .pipe, stderr: .inherit)
         } catch {
             cannotRun(error)
+            return
         }
-    }
-
-    private func startProcess() throws(Errno) -> StartingProcess {
-        try server.handler.start(server.children, environment: server.environment(device: nil),
-                                 stdin: .null, stdout: .pipe, stderr: .inherit)
-    }
-
-    private func waitFor(_ starting: StartingProcess) {
         self.starting = starting
         starting.onStarted = { [weak self] result in
             guard let self else {
@@ -94,13 +88,7 @@ final class StreamMode: ServeMode {
                 child.onExit = { [unowned self] _ in self.checkEnded() }
                 updateWatch()
             case .failure(let error):
-                if let again = server.handler.startAgain(after: error, retried: &searchedAgain, { () throws(Errno) in
-                    try self.startProcess()
-                }) {
-                    waitFor(again)
-                } else {
-                    cannotRun(error)
-                }
+                cannotRun(error)
             }
         }
     }

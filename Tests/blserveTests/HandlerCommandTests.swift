@@ -34,23 +34,15 @@ final class HandlerCommandTests: XCTestCase {
     /// Starts `command` as blserve does: on a thread, and once more after a search of PATH when the
     /// start failed with ENOENT.
     private func started(_ command: HandlerCommand, stdout: Subprocess.Stream = .pipe) throws(Errno) -> Subprocess {
-        func start() throws(Errno) -> StartingProcess {
-            try command.start(children, environment: [], stdin: .null, stdout: stdout, stderr: .null)
-        }
-        var starting = try start()
-        var retried = false
-        while true {
-            _ = loop.run(until: { starting.result != nil }, timeout: 10)
-            switch starting.result {
-            case .success(let child)?:
-                return child
-            case .failure(let error)?:
-                guard let again = command.startAgain(after: error, retried: &retried, start) else { throw error }
-                starting = again
-            case nil:
-                throw Errno(ETIMEDOUT)
-            }
-        }
+        let starting = try command.start(children, environment: [], stdin: .null, stdout: stdout, stderr: .null)
+        var heard: [Result<Subprocess, Errno>] = []
+        starting.onStarted = { heard.append($0) }
+        _ = loop.run(until: { !heard.isEmpty }, timeout: 10)
+        // Told once, of the last try.
+        _ = loop.run(until: { false }, timeout: 0.1)
+        XCTAssertEqual(heard.count, 1)
+        guard let result = starting.result else { throw Errno(ETIMEDOUT) }
+        return try result.get()
     }
 
     private func output(_ command: HandlerCommand) throws -> String {
@@ -110,5 +102,29 @@ final class HandlerCommandTests: XCTestCase {
         XCTAssertThrowsError(try started(command, stdout: .null)) {
             XCTAssertEqual($0 as? Errno, Errno(ENOENT))
         }
+    }
+
+    func testACancelledStartIsNotReportedAndLeavesNoProcess() throws {
+        // A handler that would run on: left running, it keeps the children busy.
+        let path = dir + "/handler-slow"
+        try "#!/bin/sh\nexec sleep 30\n".write(toFile: path, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(path, 0o755), 0)
+        var starting: HandlerStart?
+        var lookups = 0
+        // The first try finds nothing; the second search finds the file, but the start is
+        // cancelled meanwhile (as when the central goes away while COMMAND starts).
+        let command = HandlerCommand(["handler"]) { _ in
+            lookups += 1
+            if lookups == 2 { starting?.cancel() }
+            return lookups == 1 ? self.dir + "/gone" : path
+        }
+        starting = try command.start(children, environment: [], stdin: .null, stdout: .pipe, stderr: .null)
+        var told = false
+        starting?.onStarted = { _ in told = true }
+        XCTAssertTrue(loop.run(until: { lookups == 2 }, timeout: 10))
+        XCTAssertTrue(loop.run(until: { self.children.isIdle }, timeout: 10), "the second start was left running")
+        _ = loop.run(until: { false }, timeout: 0.2)
+        XCTAssertFalse(told)
+        XCTAssertNil(starting?.result)
     }
 }
