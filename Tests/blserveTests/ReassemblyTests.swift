@@ -1,5 +1,6 @@
 import XCTest
 import BLFrame
+import BLTestSupport
 @testable import blserve
 
 final class ReassemblyTests: XCTestCase {
@@ -137,6 +138,116 @@ final class ReassemblyTests: XCTestCase {
         XCTAssertEqual(requests(r.write(Array("T0000003bc".utf8), offset: 0, slots: 1)), [])
         XCTAssertEqual(r.write(Array("dX".utf8), offset: 0, slots: 1), .failure(.malformed("unknown code byte 0x58")))
         XCTAssertEqual(requests(r.write(frame("T", "f"), offset: 0, slots: 1)), [FrameRequest(code: .text, body: Array("f".utf8))])
+    }
+
+    /// Valid frames (N among them) in random writes, each a new value or the continuation of
+    /// the current one at its offset, with writes at a wrong offset mixed in: the requests are
+    /// the stream's frames, in order, whatever the cut.
+    func testAnyCutOfAStreamGivesItsFramesInOrder() {
+        var rng = SeededGenerator(seed: 0x5EED_0001)
+        let codes: [FrameCode] = [.text, .url, .image, .notify]
+        for round in 0..<300 {
+            var stream: [UInt8] = []
+            var want: [FrameRequest] = []
+            for _ in 0..<Int.random(in: 1...8, using: &rng) {
+                let code = codes.randomElement(using: &rng)!
+                let body = code == .notify ? [] : rng.bytes(Int.random(in: 0...200, using: &rng))
+                stream += Array(code.description.utf8) + Array(format7(body.count).utf8) + body
+                if code != .notify { want.append(FrameRequest(code: code, body: body)) }
+            }
+            var r = FrameReassembler(maxFrame: 200)
+            var got: [FrameRequest] = []
+            var valueLength = 0
+            var at = 0
+            while at < stream.count {
+                if Int.random(in: 0..<10, using: &rng) == 0 {
+                    let wrong = valueLength + Int.random(in: 1...50, using: &rng)
+                    XCTAssertEqual(r.write(rng.bytes(10), offset: wrong, slots: 100),
+                                   .failure(.invalidOffset(offset: wrong, expected: valueLength)), "round \(round)")
+                }
+                let n = Int.random(in: 1...min(60, stream.count - at), using: &rng)
+                let offset = valueLength > 0 && Bool.random(using: &rng) ? valueLength : 0
+                let result = r.write(Array(stream[at..<(at + n)]), offset: offset, slots: 100, retryable: Bool.random(using: &rng))
+                got += requests(result)
+                valueLength = offset + n
+                at += n
+            }
+            XCTAssertEqual(got, want, "round \(round)")
+            XCTAssertTrue(r.isAtFrameBoundary, "round \(round)")
+            XCTAssertEqual(r.bufferedBytes, 0, "round \(round)")
+        }
+    }
+
+    /// Whatever a central writes (garbage, frame pieces, any offset, with or without room for
+    /// requests): no crash, never more than one frame's body held, no request over the limit;
+    /// a refused write either changes nothing (a wrong offset, or a busy write request that can
+    /// be sent again) or restarts reassembly.
+    func testArbitraryWritesStayWithinTheirBounds() {
+        var rng = SeededGenerator(seed: 0x5EED_0002)
+        let maxFrame = 300
+        /// What the state behaves like, probed with a few writes on a copy.
+        func probe(_ r: FrameReassembler) -> [Result<[FrameRequest], WriteRefusal>] {
+            var copy = r
+            return [Array("0123".utf8), frame("T", "probe"), Array("T00".utf8), Array("00001x".utf8)]
+                .map { copy.write($0, offset: 0, slots: 4) }
+        }
+        for round in 0..<200 {
+            var r = FrameReassembler(maxFrame: maxFrame)
+            var valueLength = 0
+            var feed: [UInt8] = []
+            for step in 0..<60 {
+                // The next piece of what the central sends: mostly frames, cut anywhere.
+                while feed.count < 200 {
+                    switch Int.random(in: 0..<8, using: &rng) {
+                    case 0:
+                        feed += rng.bytes(Int.random(in: 1...40, using: &rng))
+                    case 1:
+                        // A header announcing around the limit, then part of a body.
+                        let size = Int.random(in: (maxFrame - 3)...(maxFrame + 3), using: &rng)
+                        feed += Array("TUIN".randomElement(using: &rng)!.utf8) + Array(format7(size).utf8)
+                            + rng.bytes(Int.random(in: 0...40, using: &rng))
+                    default:
+                        feed += frame(["T", "U", "I", "N"].randomElement(using: &rng)!,
+                                      String(repeating: "b", count: Int.random(in: 0...120, using: &rng)))
+                    }
+                }
+                let value = Array(feed.prefix(Int.random(in: 0...80, using: &rng)))
+                feed.removeFirst(value.count)
+                let offset: Int
+                switch Int.random(in: 0..<5, using: &rng) {
+                case 0: offset = Int.random(in: 1...400, using: &rng)
+                case 1, 2: offset = valueLength
+                default: offset = 0
+                }
+                let slots = Int.random(in: 0...3, using: &rng)
+                let retryable = Bool.random(using: &rng)
+                let before = r
+                let where_ = "round \(round) step \(step)"
+                switch r.write(value, offset: offset, slots: slots, retryable: retryable) {
+                case .success(let got):
+                    // A frame begun in an earlier write had its slot when it began.
+                    XCTAssertLessThanOrEqual(got.count, slots + (before.isAtFrameBoundary ? 0 : 1), where_)
+                    XCTAssertTrue(got.allSatisfy { $0.body.count <= maxFrame && $0.code != .notify }, where_)
+                    valueLength = (offset == 0 ? 0 : valueLength) + value.count
+                case .failure(.invalidOffset(let bad, let expected)):
+                    XCTAssertNotEqual(offset, 0, where_)
+                    XCTAssertEqual(bad, offset, where_)
+                    XCTAssertEqual(expected, valueLength, "the offset it expects is where the value ends: \(where_)")
+                    XCTAssertEqual(probe(r), probe(before), "a wrong offset changed the state: \(where_)")
+                    feed = value + feed  // sent again
+                case .failure(.busy) where retryable && offset == 0:
+                    XCTAssertEqual(probe(r), probe(before), "a busy write request changed the state: \(where_)")
+                    feed = value + feed  // sent again once the central has read
+                case .failure(let refusal):
+                    XCTAssertNotEqual(refusal, .notAllowed, where_)
+                    XCTAssertTrue(r.isAtFrameBoundary, "\(refusal) did not restart reassembly: \(where_)")
+                    XCTAssertEqual(r.bufferedBytes, 0, where_)
+                    valueLength = 0
+                    feed = []  // the central starts again with a new frame
+                }
+                XCTAssertLessThanOrEqual(r.bufferedBytes, maxFrame, where_)
+            }
+        }
     }
 
     func testRefusalsMapToTheDocumentedATTErrors() {
