@@ -63,7 +63,6 @@ final class HandlerStart {
     /// The start under way, the second one after a search of PATH.
     private var current: StartingProcess
     private var searchedAgain = false
-    private var cancelled = false
 
     /// The started child (tracked by its ``ChildProcesses``) or why it could not be started,
     /// once known.
@@ -91,7 +90,6 @@ final class HandlerStart {
     /// Ends the child without a word to anyone (``StartingProcess/cancel()``); ``onStarted`` is
     /// not called.
     func cancel() {
-        cancelled = true
         onStarted = nil
         current.cancel()
     }
@@ -113,8 +111,7 @@ final class HandlerStart {
             command.searchAgain()
             do {
                 current = try command.startOnce(children, environment: environment, streams: streams)
-                // Cancelled while PATH was searched: the new start is not wanted either.
-                if cancelled { current.cancel() } else { watch(current) }
+                watch(current)
             } catch {
                 finish(.failure(error))
             }

@@ -1,6 +1,6 @@
 import XCTest
 import Glibc
-import BLCommand
+@testable import BLCommand
 import BLTestSupport
 @testable import blserve
 
@@ -104,27 +104,45 @@ final class HandlerCommandTests: XCTestCase {
         }
     }
 
-    func testACancelledStartIsNotReportedAndLeavesNoProcess() throws {
-        // A handler that would run on: left running, it keeps the children busy.
+    /// A handler that would run on: left running, it keeps the children busy.
+    private func slowHandler() throws -> String {
         let path = dir + "/handler-slow"
         try "#!/bin/sh\nexec sleep 30\n".write(toFile: path, atomically: true, encoding: .utf8)
         XCTAssertEqual(chmod(path, 0o755), 0)
-        var starting: HandlerStart?
+        return path
+    }
+
+    func testACancelWhileTheSecondTryStartsEndsThatTry() throws {
+        let path = try slowHandler()
         var lookups = 0
-        // The first try finds nothing; the second search finds the file, but the start is
-        // cancelled meanwhile (as when the central goes away while COMMAND starts).
         let command = HandlerCommand(["handler"]) { _ in
             lookups += 1
-            if lookups == 2 { starting?.cancel() }
             return lookups == 1 ? self.dir + "/gone" : path
         }
-        starting = try command.start(children, environment: [], stdin: .null, stdout: .pipe, stderr: .null)
+        // Every try is reported late, as a slow start is: the second is still being started when
+        // the start is cancelled (as when its central goes away).
+        children.reportDelay = 0.3
+        let starting = try command.start(children, environment: [], stdin: .null, stdout: .pipe, stderr: .null)
         var told = false
-        starting?.onStarted = { _ in told = true }
+        starting.onStarted = { _ in told = true }
         XCTAssertTrue(loop.run(until: { lookups == 2 }, timeout: 10))
-        XCTAssertTrue(loop.run(until: { self.children.isIdle }, timeout: 10), "the second start was left running")
+        XCTAssertFalse(children.isIdle, "the second try is under way")
+        starting.cancel()
+        XCTAssertTrue(loop.run(until: { self.children.isIdle }, timeout: 10), "the second try was left running")
         _ = loop.run(until: { false }, timeout: 0.2)
         XCTAssertFalse(told)
-        XCTAssertNil(starting?.result)
+        XCTAssertNil(starting.result)
+    }
+
+    func testAStartItsOwnerLetGoIsEndedOnceItHasStarted() throws {
+        let path = try slowHandler()
+        let command = HandlerCommand(["handler"]) { _ in path }
+        children.reportDelay = 0.3
+        var starting: HandlerStart? = try command.start(children, environment: [], stdin: .null, stdout: .pipe, stderr: .null)
+        weak let released = starting
+        starting = nil
+        XCTAssertNil(released, "something else holds the start")
+        XCTAssertFalse(children.isIdle)
+        XCTAssertTrue(loop.run(until: { self.children.isIdle }, timeout: 10), "a process nobody wanted was left running")
     }
 }

@@ -1,6 +1,6 @@
 import XCTest
 import Glibc
-import BLCommand
+@testable import BLCommand
 import BLFrame
 @testable import blserve
 
@@ -116,6 +116,26 @@ final class HandlerRunTests: XCTestCase {
         XCTAssertEqual(outcome?.output, Array("moved".utf8))
         XCTAssertEqual(lookups, 2)
         XCTAssertEqual(command.resolvedPath, "/bin/cat", "the new place is remembered")
+    }
+
+    /// --prestart hands a run a start that may still be under way, here one whose first try
+    /// fails (the file moved) and whose second is still being started.
+    func testARunTakesOverAStartStillUnderWay() throws {
+        var lookups = 0
+        let command = HandlerCommand(["cat"]) { _ in
+            lookups += 1
+            return lookups == 1 ? "/nonexistent/cat" : "/bin/cat"
+        }
+        children.reportDelay = 0.3
+        let ahead = try HandlerRun.startProcess(command, children, environment: [])
+        var outcome: HandlerRun.Outcome?
+        let run = HandlerRun(command: command, environment: [], input: Array("ahead".utf8), outputLimit: 100, timeout: 10,
+                             children: children, buffer: buffer) { outcome = $0 }
+        run.start(with: ahead)
+        XCTAssertTrue(loop.run(until: { outcome != nil }, timeout: 10))
+        XCTAssertNil(outcome?.failure)
+        XCTAssertEqual(outcome?.output, Array("ahead".utf8))
+        XCTAssertEqual(lookups, 2)
     }
 
     /// Processes whose command line is `sleep <marker>`.
