@@ -321,6 +321,66 @@ final class ReplyQueueTests: XCTestCase {
         XCTAssertTrue(q.isEmpty)
         XCTAssertEqual(read(&q, mtu: 23), [])
     }
+
+    /// Replies queued at random moments, read by a central with any MTU and any offsets: every
+    /// reply comes out whole and in order, in pieces that fit the MTU and never span two replies;
+    /// a read at an offset within the last piece repeats its rest, and beyond it is refused.
+    func testAnyReadsGiveEveryReplyInOrderInPiecesThatFit() {
+        var rng = SeededGenerator(seed: 0x5EED_0003)
+        for round in 0..<300 {
+            var q = ReplyQueue(capacity: Int.random(in: 1...4, using: &rng))
+            var queued: [[UInt8]] = []
+            var got: [[UInt8]] = []
+            var current: [UInt8] = []  // the reply being read, pieces so far
+            var lastPiece: [UInt8] = []
+            var reads = 0
+            while reads < 5000 && (queued.count < 6 || got.count < queued.count) {
+                reads += 1
+                let where_ = "round \(round) read \(reads)"
+                if queued.count < 6 && Int.random(in: 0..<3, using: &rng) == 0 {
+                    let reply = rng.bytes(Int.random(in: 1...1200, using: &rng))
+                    let held = q.count
+                    if q.append(reply) {
+                        queued.append(reply)
+                        XCTAssertLessThanOrEqual(q.count, q.capacity, where_)
+                    } else {
+                        XCTAssertEqual(held, q.capacity, "refused with room: \(where_)")
+                    }
+                    continue
+                }
+                let mtu = [23, 24, 100, 185, 247, 515, 517, 1000].randomElement(using: &rng)!
+                if !lastPiece.isEmpty && Bool.random(using: &rng) {
+                    let offset = Int.random(in: 1...(lastPiece.count + 3), using: &rng)
+                    let result = q.read(offset: offset, mtu: mtu)
+                    if offset <= lastPiece.count {
+                        XCTAssertEqual(result, .success(Array(lastPiece[offset...])), where_)
+                    } else {
+                        XCTAssertEqual(result, .failure(.invalidOffset(offset: offset, expected: lastPiece.count)), where_)
+                    }
+                    continue
+                }
+                let piece = read(&q, mtu: mtu)
+                lastPiece = piece
+                guard !piece.isEmpty else {
+                    XCTAssertEqual(got.count, queued.count, "an empty read with a reply queued: \(where_)")
+                    XCTAssertTrue(current.isEmpty, where_)
+                    continue
+                }
+                let want = queued[got.count]
+                // As much as the MTU allows (ATT_MTU - 3, and 512 at most), within one reply.
+                XCTAssertEqual(piece.count, min(mtu - 3, 512, want.count - current.count), where_)
+                current += piece
+                XCTAssertTrue(want.starts(with: current), "bytes out of order: \(where_)")
+                if current.count >= want.count {
+                    XCTAssertEqual(current, want, "a piece spanned two replies: \(where_)")
+                    got.append(current)
+                    current = []
+                }
+            }
+            XCTAssertEqual(got, queued, "round \(round)")
+            XCTAssertTrue(q.isEmpty, "round \(round)")
+        }
+    }
 }
 
 extension Result where Success == [FrameRequest], Failure == WriteRefusal {
