@@ -23,12 +23,17 @@ final class HandlerCommandTests: XCTestCase {
         if let dir { _ = try? FileManager.default.removeItem(atPath: dir) }
     }
 
-    /// An executable script at dir/name that prints `text` and its $0.
-    private func script(_ name: String, printing text: String) throws -> String {
+    /// An executable shell script at dir/name.
+    private func script(_ name: String, running body: String) throws -> String {
         let path = dir + "/" + name
-        try "#!/bin/sh\nprintf '%s:%s' \(text) \"$(basename \"$0\")\"\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\n\(body)\n".write(toFile: path, atomically: true, encoding: .utf8)
         XCTAssertEqual(chmod(path, 0o755), 0)
         return path
+    }
+
+    /// An executable script at dir/name that prints `text` and its $0.
+    private func script(_ name: String, printing text: String) throws -> String {
+        try script(name, running: "printf '%s:%s' \(text) \"$(basename \"$0\")\"")
     }
 
     /// Starts `command` as blserve does: on a thread, and once more after a search of PATH when the
@@ -106,10 +111,7 @@ final class HandlerCommandTests: XCTestCase {
 
     /// A handler that would run on: left running, it keeps the children busy.
     private func slowHandler() throws -> String {
-        let path = dir + "/handler-slow"
-        try "#!/bin/sh\nexec sleep 30\n".write(toFile: path, atomically: true, encoding: .utf8)
-        XCTAssertEqual(chmod(path, 0o755), 0)
-        return path
+        try script("handler-slow", running: "exec sleep 30")
     }
 
     func testACancelWhileTheSecondTryStartsEndsThatTry() throws {
