@@ -26,6 +26,20 @@ public enum MonotonicClock {
     }
 }
 
+/// The CPU time this process has used so far, all of its threads together (for reporting what a
+/// tool's own work cost, beside the time it spent waiting).
+public enum ProcessCPUClock {
+    /// Seconds of CPU time since the process started.
+    ///
+    /// The corresponding C function is `clock_gettime(CLOCK_PROCESS_CPUTIME_ID, ...)`.
+    public static func seconds() -> Double {
+        var ts = timespec()
+        // Cannot fail for the calling process with a valid pointer.
+        _ = clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}
+
 /// Small wrappers over the Linux system calls the event loop needs and the Swift `Glibc` module
 /// does not expose.
 enum LoopSyscalls {

@@ -152,6 +152,7 @@ final class Writer {
     private var finished = false
     private let progress: Progress?
     private let started = MonotonicClock.seconds()
+    private let startedCPU = ProcessCPUClock.seconds()
 
     init(characteristic: RemoteCharacteristic, type: RemoteCharacteristic.WriteType, eom: Bool, progress: Bool) throws(ToolError) {
         self.characteristic = characteristic
@@ -430,7 +431,8 @@ final class Writer {
         guard !finished else { return }
         finished = true
         let elapsed = max(0.001, MonotonicClock.seconds() - started)
-        Tool.note("\(written) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(written) / elapsed))/s)")
+        let cpu = ProcessCPUClock.seconds() - startedCPU
+        Tool.note("\(written) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(written) / elapsed))/s), CPU \(Int(cpu * 1000)) ms")
         if let stallTimer { loop.cancel(stallTimer) }
         stallTimer = nil
         if let stdinWatch { loop.remove(stdinWatch) }
