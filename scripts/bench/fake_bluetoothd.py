@@ -8,8 +8,11 @@ the application's characteristic the way bluetoothd does for that central, and m
                                      doorbell awaited, the reply read), one after the other
   fake_bluetoothd.py commands N SIZE N write commands of SIZE bytes (no reply expected), then a
                                      Ping to the application, which it answers after all of them
+  fake_bluetoothd.py peripheral      the other side: the connected device is a peripheral with
+                                     service fff0 and characteristic fff1 (read, write), whose
+                                     WriteValue answers at once, for a central tool to write to
 
-Prints "ready" once it owns org.bluez, then one JSON line with the round-trip times (requests) and
+Prints "ready" once it owns org.bluez, then (not in peripheral mode) one JSON line with the round-trip times (requests) and
 the CPU seconds the application's process ("cpu") and its reaped children ("children") used
 during the calls."""
 import json
@@ -33,7 +36,7 @@ OPTIONS = {"device": dbus.ObjectPath(DEVICE), "mtu": dbus.UInt16(517), "link": "
 bus = dbus.SystemBus()
 loop = GLib.MainLoop()
 mode = sys.argv[1]
-count = int(sys.argv[2])
+count = int(sys.argv[2]) if mode != "peripheral" else 0
 app = {}
 
 
@@ -60,12 +63,25 @@ device_props = {"Address": "00:00:00:00:00:01", "Adapter": dbus.ObjectPath(ADAPT
                 "Name": "central", "Alias": "central", "ServicesResolved": True}
 
 
+# peripheral mode: the device's GATT database as bluetoothd presents a remote one.
+SERVICE = DEVICE + "/service0010"
+REMOTE_CHRC = SERVICE + "/char0011"
+service_props = {"UUID": "0000fff0-0000-1000-8000-00805f9b34fb", "Primary": True, "Device": dbus.ObjectPath(DEVICE)}
+remote_chrc_props = {"UUID": "0000fff1-0000-1000-8000-00805f9b34fb", "Service": dbus.ObjectPath(SERVICE),
+                     "Flags": dbus.Array(["read", "write"], signature="s"), "MTU": dbus.UInt16(517),
+                     "Value": dbus.Array([], signature="y")}
+
+
 class Root(dbus.service.Object):
     @dbus.service.method("org.freedesktop.DBus.ObjectManager", out_signature="a{oa{sa{sv}}}")
     def GetManagedObjects(self):
-        return {dbus.ObjectPath(ADAPTER): {"org.bluez.Adapter1": adapter_props, "org.bluez.GattManager1": {},
-                                           "org.bluez.LEAdvertisingManager1": {}},
-                dbus.ObjectPath(DEVICE): {"org.bluez.Device1": device_props}}
+        objects = {dbus.ObjectPath(ADAPTER): {"org.bluez.Adapter1": adapter_props, "org.bluez.GattManager1": {},
+                                              "org.bluez.LEAdvertisingManager1": {}},
+                   dbus.ObjectPath(DEVICE): {"org.bluez.Device1": device_props}}
+        if mode == "peripheral":
+            objects[dbus.ObjectPath(SERVICE)] = {"org.bluez.GattService1": service_props}
+            objects[dbus.ObjectPath(REMOTE_CHRC)] = {CHRC_IFACE: remote_chrc_props}
+        return objects
 
 
 class Props(dbus.service.Object):
@@ -111,6 +127,23 @@ class Adapter(Props):
     @dbus.service.method("org.bluez.LEAdvertisingManager1", in_signature="o")
     def UnregisterAdvertisement(self, path):
         pass
+
+
+class RemoteCharacteristic(Props):
+    """A characteristic of the connected peripheral: writes are taken at once, reads say how many
+    bytes were written."""
+
+    def __init__(self):
+        super().__init__(REMOTE_CHRC, CHRC_IFACE, remote_chrc_props)
+        self.received = 0
+
+    @dbus.service.method(CHRC_IFACE, in_signature="aya{sv}", byte_arrays=True)
+    def WriteValue(self, value, options):
+        self.received += len(value)
+
+    @dbus.service.method(CHRC_IFACE, in_signature="a{sv}", out_signature="ay", byte_arrays=True)
+    def ReadValue(self, options):
+        return dbus.ByteArray(b"%d" % self.received)
 
 
 def characteristic(flag):
@@ -215,5 +248,8 @@ name = dbus.service.BusName("org.bluez", bus)
 Root(bus, "/")
 Adapter()
 Props(DEVICE, "org.bluez.Device1", device_props)
+if mode == "peripheral":
+    Props(SERVICE, "org.bluez.GattService1", service_props)
+    RemoteCharacteristic()
 print("ready", flush=True)
 loop.run()
