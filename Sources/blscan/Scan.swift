@@ -35,6 +35,8 @@ struct Scan {
         defer { out.close() }
         var printed: Set<String> = []
         var waiting: [String: TimerToken] = [:]
+        /// Devices held back for a name, in the order they were first heard.
+        var heard: [String] = []
         var found = 0
         var failure: ToolError?
         var done = false
@@ -70,6 +72,7 @@ struct Scan {
                 emit(device)
             } else if waiting[device.path] == nil {
                 let path = device.path
+                heard.append(path)
                 waiting[path] = loop.schedule(after: nameWait) {
                     waiting[path] = nil
                     if let latest = discovery.devices[path], self.matches(latest) { emit(latest) }
@@ -82,11 +85,16 @@ struct Scan {
             discovery.stop()
             client.bus.flush()
         }
+        // A device connected to this adapter is in range, but it may advertise no more, and
+        // bluetoothd reports no sighting of it then: it is listed at once.
+        for device in discovery.devices.values.sorted(by: { $0.path < $1.path }) where device.connected && matches(device) {
+            emit(device)
+        }
         interrupted.onInterrupt = { done = true }
         let finished = loop.run(until: { done }, timeout: timeout)
         if !finished {
-            // Time is up: print devices still waiting for a name.
-            for path in waiting.keys.sorted() {
+            // Time is up: print devices still waiting for a name, first heard first.
+            for path in heard where waiting[path] != nil {
                 if let device = discovery.devices[path], matches(device) { emit(device) }
             }
         }
