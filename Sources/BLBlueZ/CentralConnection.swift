@@ -32,11 +32,37 @@ public final class Peer {
         (try? client.property(path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
     }
 
-    /// Ends the link if this process made it; otherwise leaves it to its owner.
+    /// What this process itself took on the device's characteristics, as "PATH PROPERTY"
+    /// (NotifyAcquired, WriteAcquired, Notifying): bluetoothd clears those only some time after
+    /// they are given back, so they do not count as another process's use.
+    var ownUse: Set<String> = []
+
+    /// Ends the link if this process made it, unless another process is seen using the device
+    /// (the link is shared, bluez-notes §9.6); otherwise leaves it to its owner.
     public func disconnect(timeout: Double = 5) {
         guard madeConnection, !disconnected else { return }
         disconnected = true
+        if let use = otherUse() {
+            Tool.note("leaving the connection to \(device.address) up: another process uses \(use)")
+            return
+        }
         _ = try? client.call(path, BlueZ.deviceInterface, "Disconnect", timeout: timeout, what: "disconnecting")
+    }
+
+    /// What another process is seen using on the device: a characteristic's notifications
+    /// (AcquireNotify or StartNotify) or its write socket (AcquireWrite). Writes through
+    /// WriteValue leave no trace. Nil when nothing is seen, or bluetoothd cannot be asked.
+    func otherUse() -> String? {
+        guard let objects = try? client.managedObjects() else { return nil }
+        for charPath in objects.paths(with: BlueZ.gattCharacteristicInterface, under: path) {
+            guard let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface) else { continue }
+            for (key, what) in [("NotifyAcquired", "the notifications"), ("Notifying", "the notifications"),
+                                ("WriteAcquired", "the write socket")]
+            where properties[key]?.bool == true && !ownUse.contains("\(charPath) \(key)") {
+                return "\(what) of \(properties["UUID"]?.string?.lowercased() ?? charPath)"
+            }
+        }
+        return nil
     }
 
     /// Finds a characteristic of a service, both given as 128-bit UUIDs. bluetoothd may report

@@ -51,6 +51,9 @@ public final class NotificationReceiver {
     private var socketWatch: WatchToken?
     private var valueToken: SubscriptionToken?
     private var deviceToken: SubscriptionToken?
+    /// bluetoothd leaving the bus: its objects go without a signal, and a StartNotify
+    /// subscription would then wait for ever (an acquired socket is hung up instead).
+    private var ownerToken: SubscriptionToken?
     private var pulling = false
     /// A pull waits for room in the output queue.
     private var pullWaiting = false
@@ -96,6 +99,9 @@ public final class NotificationReceiver {
                                                              interface: BlueZ.deviceInterface) { [weak self] _, _, changed, _ in
                 if changed["Connected"]?.bool == false { self?.deviceDisconnected() }
             }
+            ownerToken = try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
+                if (new ?? "").isEmpty { self?.deviceDisconnected(because: "bluetoothd stopped") }
+            }
         } catch {
             throw BlueZErrors.toolError("watching \(characteristic.peer.device.address)", error)
         }
@@ -108,13 +114,14 @@ public final class NotificationReceiver {
             socketWatch = loop.watch(fd: acquired.fd.rawValue, events: .readable) { [weak self] _ in
                 self?.socketReady()
             }
-        } catch let error where error.message.contains("Notify acquired") || error.message.contains("NotPermitted") {
+        } catch let error where error.message.contains("Notify acquired") {
             throw ToolError(.unavailable, "notifications of \(characteristic.uuid) are already taken by another process"
                             + " (another blrecv, or blsend --reply?)")
         } catch let error where error.message.lowercased().contains("not connected") {
             throw ToolError(.unavailable, "\(characteristic.peer.device.address) disconnected")
         } catch {
             // InProgress: another client uses StartNotify; NotSupported: indications only.
+            Tool.note("no notification socket for \(characteristic.uuid) (\(error.message)): subscribing with StartNotify")
             valueToken = try characteristic.startNotify { [weak self] value in
                 guard let self else { return }
                 if self.ownReadOutstanding {
@@ -168,6 +175,8 @@ public final class NotificationReceiver {
         valueToken = nil
         if let deviceToken { bus.unsubscribe(deviceToken) }
         deviceToken = nil
+        if let ownerToken { bus.unsubscribe(ownerToken) }
+        ownerToken = nil
         if let silenceTimer { loop.cancel(silenceTimer) }
         silenceTimer = nil
         out.close()
@@ -397,7 +406,7 @@ public final class NotificationReceiver {
         finish(ToolError.stdout(error).map { .failure($0) } ?? .success(()))
     }
 
-    private func deviceDisconnected() {
+    private func deviceDisconnected(because reason: String? = nil) {
         guard !finished else { return }
         // While the output queue was full the socket was not read: what it still holds came
         // before the disconnect.
@@ -409,7 +418,7 @@ public final class NotificationReceiver {
         if bytesReceived > 0 {
             finish(.success(()))
         } else {
-            finish(.failure(ToolError(.unavailable, "\(address) disconnected")))
+            finish(.failure(ToolError(.unavailable, reason ?? "\(address) disconnected")))
         }
     }
 
@@ -418,7 +427,11 @@ public final class NotificationReceiver {
         guard !finished else { return }
         finished = true
         // What was received is written, also notifications held back during a pull that did
-        // not end (a stdout that fails now has nobody left to tell).
+        // not end, and those that came during its last read (StartNotify: a read's own echo
+        // among them carries that read's value, whose answer will not be taken now) (a stdout
+        // that fails now has nobody left to tell).
+        held += duringRead
+        duringRead = []
         for value in held {
             if options.eom && value == NotificationReceiver.endOfMessage { break }
             out.write(value)

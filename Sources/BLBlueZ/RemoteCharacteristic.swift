@@ -153,6 +153,7 @@ public final class RemoteCharacteristic {
         guard reply.count == 2, let fd = reply[0].fd, let mtu = reply[1].uint16 else {
             throw ToolError(.software, "\(member) returned \(reply.map(\.signature).joined())")
         }
+        peer.ownUse.insert("\(path) \(member == "AcquireWrite" ? "WriteAcquired" : "NotifyAcquired")")
         return AcquiredSocket(fd: fd, mtu: Int(mtu))
     }
 
@@ -168,6 +169,9 @@ public final class RemoteCharacteristic {
         } catch {
             throw BlueZErrors.toolError("subscribing to \(uuid)", error)
         }
+        // Notifying already true: another client's session (the usual reason to be here), which
+        // must go on counting as another process's use after ours.
+        let othersNotifying = (try? client.property(path, BlueZ.gattCharacteristicInterface, "Notifying", what: ""))?.bool
         do {
             _ = try client.call(path, BlueZ.gattCharacteristicInterface, "StartNotify", timeout: 10,
                                 what: "StartNotify on \(uuid)")
@@ -175,6 +179,7 @@ public final class RemoteCharacteristic {
             client.bus.unsubscribe(token)
             throw error
         }
+        if othersNotifying == false { peer.ownUse.insert("\(path) Notifying") }
         return token
     }
 
