@@ -35,7 +35,7 @@ struct Scan {
         defer { out.close() }
         var printed: Set<String> = []
         var waiting: [String: TimerToken] = [:]
-        /// Devices held back for a name, in the order they were first heard.
+        /// Devices held back for a name (those in `waiting`), in the order they were first heard.
         var heard: [String] = []
         var found = 0
         var failure: ToolError?
@@ -75,6 +75,7 @@ struct Scan {
                 heard.append(path)
                 waiting[path] = loop.schedule(after: nameWait) {
                     waiting[path] = nil
+                    heard.removeAll { $0 == path }
                     if let latest = discovery.devices[path], self.matches(latest) { emit(latest) }
                 }
             }
