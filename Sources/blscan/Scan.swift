@@ -34,9 +34,8 @@ struct Scan {
         let out = QueuedOutput(fd: 1, loop: loop)
         defer { out.close() }
         var printed: Set<String> = []
-        var waiting: [String: TimerToken] = [:]
-        /// Devices held back for a name (those in `waiting`), in the order they were first heard.
-        var heard: [String] = []
+        /// Devices held back for a name, in the order they were first heard.
+        var waiting: [(path: String, timer: TimerToken)] = []
         var found = 0
         var failure: ToolError?
         var done = false
@@ -55,7 +54,7 @@ struct Scan {
         func emit(_ device: DeviceInfo) {
             guard !done, !printed.contains(device.path) else { return }
             printed.insert(device.path)
-            if let timer = waiting.removeValue(forKey: device.path) { loop.cancel(timer) }
+            if let i = waiting.firstIndex(where: { $0.path == device.path }) { loop.cancel(waiting.remove(at: i).timer) }
             found += 1
             out.write(Array((line(for: device) + "\n").utf8))
             do {
@@ -70,14 +69,13 @@ struct Scan {
             guard !done, !printed.contains(device.path), self.matches(device) else { return }
             if device.name != nil || self.name != nil {
                 emit(device)
-            } else if waiting[device.path] == nil {
+            } else if !waiting.contains(where: { $0.path == device.path }) {
                 let path = device.path
-                heard.append(path)
-                waiting[path] = loop.schedule(after: nameWait) {
-                    waiting[path] = nil
-                    heard.removeAll { $0 == path }
+                let timer = loop.schedule(after: nameWait) {
+                    waiting.removeAll { $0.path == path }
                     if let latest = discovery.devices[path], self.matches(latest) { emit(latest) }
                 }
+                waiting.append((path, timer))
             }
         }
         try discovery.start()
@@ -95,7 +93,7 @@ struct Scan {
         let finished = loop.run(until: { done }, timeout: timeout)
         if !finished {
             // Time is up: print devices still waiting for a name, first heard first.
-            for path in heard where waiting[path] != nil {
+            for (path, _) in waiting {
                 if let device = discovery.devices[path], matches(device) { emit(device) }
             }
         }
