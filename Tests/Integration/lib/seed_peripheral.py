@@ -24,7 +24,9 @@ MODE:
         then EOM.
 
 Prints "ready" on stdout once the application and the advertisement are registered, then
-serves until SIGTERM/SIGINT.
+serves until SIGTERM/SIGINT. SIGUSR1 withdraws the advertisement (the application stays, and
+so do the links already made) and prints "advertising stopped": a peripheral that stops
+advertising once connected, as many do.
 """
 import hashlib
 import os
@@ -218,6 +220,13 @@ def main():
     loop = GLib.MainLoop()
     for signo in (signal.SIGTERM, signal.SIGINT):
         GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, signo, loop.quit)
+
+    def stop_advertising():
+        adv.unregister()
+        print("advertising stopped", flush=True)
+        return True
+
+    GLib.unix_signal_add(GLib.PRIORITY_DEFAULT, signal.SIGUSR1, stop_advertising)
     loop.run()
     if mode == "sink":
         log("sink: %(socket)d writes through the acquired socket, %(WriteValue)d through WriteValue" % paths)
