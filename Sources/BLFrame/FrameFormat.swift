@@ -70,8 +70,12 @@ public enum ImageFormat: String, Sendable, CaseIterable {
             self = .gif  // GIF87a, GIF89a
         } else if matches([0x52, 0x49, 0x46, 0x46]) && matches([0x57, 0x45, 0x42, 0x50], at: 8) {
             self = .webp  // RIFF....WEBP
-        } else if matches([0x42, 0x4D]) {
-            self = .bmp  // BM
+        } else if matches([0x42, 0x4D]) && matches([0, 0, 0, 0], at: 6) && head.count >= 12
+                    && Int(head[10]) | Int(head[11]) << 8 >= 26 {
+            // BM, the file size, four reserved zero bytes, then where the pixels start: after
+            // the 14-byte file header and a bitmap header of at least 12 bytes. ("BM" alone is
+            // also how plenty of text starts.)
+            self = .bmp
         } else if matches([0x49, 0x49, 0x2A, 0x00]) || matches([0x4D, 0x4D, 0x00, 0x2A]) {
             self = .tiff  // II*\0 (little-endian), MM\0* (big-endian)
         } else if matches([0x00, 0x00, 0x01, 0x00]) && head.count >= 6 && head[4] != 0 && head[5] == 0 {

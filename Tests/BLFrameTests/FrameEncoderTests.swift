@@ -51,7 +51,13 @@ final class FrameEncoderTests: XCTestCase {
         XCTAssertNil(ImageFormat(signature: bytes("GIF88a")))
         XCTAssertEqual(ImageFormat(signature: bytes("RIFF\0\0\0\0WEBPVP8 ")), .webp)
         XCTAssertNil(ImageFormat(signature: bytes("RIFF\0\0\0\0WAVE")))
-        XCTAssertEqual(ImageFormat(signature: bytes("BM6\0")), .bmp)
+        // A 24-bit BMP's file header: BM, the size, reserved zeros, pixels at byte 54.
+        let bmp: [UInt8] = [0x42, 0x4D, 0x36, 0x00, 0x0C, 0x00, 0, 0, 0, 0, 0x36, 0x00, 0x00, 0x00, 0x28, 0x00]
+        XCTAssertEqual(ImageFormat(signature: bmp), .bmp)
+        XCTAssertNil(ImageFormat(signature: bmp.prefix(11)), "where the pixels start is not known yet")
+        XCTAssertNil(ImageFormat(signature: bytes("BMW drivers\n")), "text that starts with BM")
+        XCTAssertNil(ImageFormat(signature: bytes("BM6\0\0\0\0\0\0\0\u{8}\0")), "pixels inside the file header")
+        XCTAssertEqual(FrameCode.detect(prefix: bytes("BMW drivers\n")), .text)
         XCTAssertEqual(ImageFormat(signature: bytes("II*\0\u{8}\0\0\0")), .tiff)
         XCTAssertEqual(ImageFormat(signature: bytes("MM\0*\0\0\0\u{8}")), .tiff)
         XCTAssertNil(ImageFormat(signature: bytes("II+\0")), "BigTIFF is not decoded by the seed app's platform")
