@@ -56,9 +56,13 @@ struct Encoder {
     private func encodeWhole() throws {
         let limit = FrameFormat.maxBodySize
         var st = stat()
-        if fstat(0, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG && Int(st.st_size) > limit + 1 {
+        if fstat(0, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG {
+            // What is left of the file from where standard input stands (`{ head -c 8; blframe; } <f`).
+            let left = Int(st.st_size) - max(0, Int(lseek(0, 0, SEEK_CUR)))
             // One trailing newline could still be trimmed, hence limit + 1.
-            throw ToolError(.dataError, "input of \(st.st_size) bytes is over the frame limit of \(limit) bytes")
+            if left > limit + 1 {
+                throw ToolError(.dataError, "input of \(left) bytes is over the frame limit of \(limit) bytes")
+            }
         }
         // Reserve the header in front of the body so header and body leave in one write.
         let header = FrameFormat.headerSize

@@ -91,6 +91,20 @@ final class BlframeEncodeTests: XCTestCase {
         XCTAssertEqual(trimmed.stdout.count, limit + 8)
     }
 
+    /// The size of a file on standard input counts from where its offset stands.
+    func testFileReadFromItsMiddleIsMeasuredFromThere() throws {
+        let dir = try temporaryDirectory(self)
+        let file = dir.appendingPathComponent("big")
+        try Data(repeating: 0x41, count: 9_999_999 + 100).write(to: file)
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let process = try Spawned("/bin/bash", ["-c", "{ dd bs=200 count=1 of=/dev/null status=none; exec \"$0\" -c I; } <\"$1\" | wc -c",
+                                                blframe, file.path])
+        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 0, err)
+        XCTAssertEqual(out, "\(9_999_999 - 100 + 8)\n", err)
+    }
+
     func testOversizedLineKeepsEarlierFrames() throws {
         let input = data("ok\n") + Data(repeating: 0x41, count: 10_000_000) + data("\nnever\n")
         let result = try runTool("blframe", ["--lines"], input: input)
