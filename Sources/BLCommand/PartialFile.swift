@@ -9,7 +9,9 @@ import CLinux
 /// nothing partial ever looks finished. The final name is never overwritten: `commit` moves the
 /// file into place in a way that fails on an existing name, and tries the next candidate name.
 ///
-/// While a partial file exists, SIGINT, SIGTERM and SIGHUP remove it before the process dies.
+/// While a partial file exists, a signal that ends the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT
+/// and the others in `SignalCleanup.signals`, unless it was ignored when the process started)
+/// removes it first. Only SIGKILL (or a crash) can leave one behind, under its hidden name.
 public final class PartialFile {
     public let directory: String
     public let temporaryPath: String
@@ -19,14 +21,24 @@ public final class PartialFile {
     public private(set) var head: [UInt8] = []
     private let headLimit: Int
 
-    /// Creates `directory/.<prefix>-<pid>-<n>.part`.
+    /// Creates `directory/.<prefix>-<pid>-<n>.part`, the first n whose name is free (one left by
+    /// a killed process that had the same pid is passed over, never reused).
     public init(directory: String, prefix: String, keepHead headLimit: Int = 16) throws(ToolError) {
         self.directory = directory
         self.headLimit = headLimit
-        PartialFile.counter += 1
-        temporaryPath = "\(directory)/.\(prefix)-\(getpid())-\(PartialFile.counter).part"
-        fd = open(temporaryPath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
-        if fd < 0 { throw ToolError(.cantCreate, "\(temporaryPath): \(Errno.current)") }
+        let base = directory == "/" ? "" : directory
+        var attempts = 0
+        while true {
+            PartialFile.counter += 1
+            let path = "\(base)/.\(prefix)-\(getpid())-\(PartialFile.counter).part"
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
+            if fd >= 0 {
+                temporaryPath = path
+                break
+            }
+            attempts += 1
+            if errno != EEXIST || attempts == 1000 { throw ToolError(.cantCreate, "\(path): \(Errno.current)") }
+        }
         PartialFile.cleanup.arm(temporaryPath)
     }
 
@@ -48,17 +60,23 @@ public final class PartialFile {
 
     /// Closes the file and gives it the first name `name(n)` (n = first, first+1, …) that does
     /// not exist yet. Returns the final path and n.
+    /// The data reach the disk before the name is given, so that after a power cut a file under
+    /// its final name is whole.
     public func commit(first: Int, name: (Int) -> String) throws(ToolError) -> (path: String, number: Int) {
+        // EINVAL: a file that cannot be synced (a pipe or device, not a partial file here).
+        let synced = fsync(fd) == 0 || errno == EINVAL
+        let syncError = Errno.current
         let closed = Glibc.close(fd)
         fd = -1
-        if closed != 0 {
-            let error = Errno.current
+        if !synced || closed != 0 {
+            let error = synced ? Errno.current : syncError
             unlinkTemporary()
             throw ToolError(.ioError, "\(temporaryPath): \(error)")
         }
+        let base = directory == "/" ? "" : directory
         var number = first
         while true {
-            let path = "\(directory)/\(name(number))"
+            let path = "\(base)/\(name(number))"
             switch place(at: path) {
             case nil:
                 unlinkTemporary()
@@ -116,18 +134,29 @@ public final class PartialFile {
         var prefix = path.hasPrefix("/") ? "/" : ""
         for component in path.split(separator: "/") {
             prefix += component
-            if mkdir(prefix, 0o777) != 0 && errno != EEXIST {
-                throw ToolError(.cantCreate, "\(prefix): \(Errno.current)")
+            if mkdir(prefix, 0o777) != 0 {
+                let error = Errno.current
+                guard error.rawValue == EEXIST else { throw ToolError(.cantCreate, "\(prefix): \(error)") }
+                // There already: fine if it is a directory (or a link to one).
+                if stat(prefix, &st) != 0 {
+                    throw ToolError(.cantCreate, "\(prefix): a symbolic link to nothing")
+                }
+                guard (st.st_mode & S_IFMT) == S_IFDIR else { throw ToolError(.cantCreate, "\(prefix): not a directory") }
             }
             prefix += "/"
         }
     }
 }
 
-/// Removes one registered path when SIGINT, SIGTERM or SIGHUP arrives, then lets the signal take
-/// its default course. The path lives in a buffer allocated once, so the handler only calls
+/// Removes one registered path when a signal in `signals` arrives, then lets the signal take its
+/// default course. A signal the process was started with ignored (`nohup`, a shell's background
+/// job) stays ignored. The path lives in a buffer allocated once, so the handler only calls
 /// async-signal-safe functions.
 private final class SignalCleanup {
+    /// The signals whose default action ends the process and that another process or the kernel
+    /// (a file size limit: SIGXFSZ) may send while a file is written.
+    static let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+                          SIGXCPU, SIGXFSZ]
     static let capacity = 4096
     /// NUL-terminated path, or an empty string when disarmed. Read by the signal handler.
     nonisolated(unsafe) static let path: UnsafeMutablePointer<CChar> = {
@@ -141,7 +170,7 @@ private final class SignalCleanup {
         let buffer = SignalCleanup.path
         if !installed {
             installed = true
-            for signo in [SIGINT, SIGTERM, SIGHUP] {
+            for signo in SignalCleanup.signals where !cl_signal_ignored(signo) {
                 signal(signo) { signo in
                     if SignalCleanup.path[0] != 0 { unlink(SignalCleanup.path) }
                     signal(signo, SIG_DFL)

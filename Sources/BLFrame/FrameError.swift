@@ -33,7 +33,8 @@ public struct FrameError: Error, Equatable, Sendable, CustomStringConvertible {
         case .truncatedHeader(let have):
             return "input ends inside a frame header (\(have) of 8 bytes) at byte \(offset)"
         case .truncatedBody(let code, let have, let size):
-            return "input ends inside a \(code) frame (\(have) of \(size) body bytes) at byte \(offset)"
+            let article = code == .image || code == .notify ? "an" : "a"
+            return "input ends inside \(article) \(code) frame (\(have) of \(size) body bytes) at byte \(offset)"
         case .tooLarge(let size, let limit):
             return "frame body of \(size) bytes is over the limit of \(limit) at byte \(offset)"
         case .notifyWithBody(let size):

@@ -85,3 +85,8 @@ int cl_spawn_on_thread(const char *path, int search_path, const void *actions, c
     if (rc != 0) free(job);
     return rc;
 }
+
+bool cl_signal_ignored(int signo) {
+    struct sigaction current;
+    return sigaction(signo, NULL, &current) == 0 && current.sa_handler == SIG_IGN;
+}

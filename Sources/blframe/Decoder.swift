@@ -21,6 +21,8 @@ final class Decoder {
     private var escaper = JSONStringEscaper()
     /// --json: a T or U frame's object is open (its text is being written).
     private var jsonTextOpen = false
+    /// A T or U frame's text is being written (without --json).
+    private var textOpen = false
 
     init(options: ParsedOptions) throws {
         raw = options.has("raw")
@@ -54,18 +56,24 @@ final class Decoder {
                 try flush()
             }
             let skipped = try decoder.finish()
-            if skipped > 0 { Tool.warn("skipped \(skipped) bytes at the end that do not form a frame") }
-        } catch let error as FrameError {
-            // Frames completed before the error are already out; a partial image is removed.
-            image?.discard()
-            image = nil
-            // Every --json line stays one whole object: a text cut short says so.
-            if jsonTextOpen { try? closeJSONText(truncated: true) }
-            try? out.flush()
-            throw ToolError(.dataError, error.description)
+            if skipped > 0 {
+                try flush()
+                Tool.warn("skipped \(skipped) \(skipped == 1 ? "byte" : "bytes") at the end that do not form a frame")
+            }
         } catch {
+            // Whatever went wrong (bad input, an image that cannot be saved, a read error), the
+            // frames completed before it are written, and a partial image is removed.
             image?.discard()
             image = nil
+            // Every --json line stays one whole object: a text cut short says so. Without
+            // --json a text cut short still ends its line, unless bodies are written raw.
+            if jsonTextOpen {
+                try? closeJSONText(truncated: true)
+            } else if textOpen && !raw && lastByte != 0x0A {
+                try? write("\n")
+            }
+            try? out.flush()
+            if let error = error as? FrameError { throw ToolError(.dataError, error.description) }
             throw error
         }
         try flush()
@@ -82,7 +90,8 @@ final class Decoder {
         case .frameEnd:
             try end()
         case .skipped(let count):
-            Tool.warn("skipped \(count) bytes before the frame at byte \(decoder.frameOffset)")
+            try flush()  // what came before the noise is printed before the note about it
+            Tool.warn("skipped \(count) \(count == 1 ? "byte" : "bytes") before the frame at byte \(decoder.frameOffset)")
         }
     }
 
@@ -93,12 +102,16 @@ final class Decoder {
                 try write("{\"code\":\"\(header.code)\",\"size\":\(header.size),\"text\":\"")
                 escaper = JSONStringEscaper()
                 jsonTextOpen = true
+            } else {
+                textOpen = true
             }
         case .image:
             if let images {
                 image = try images.begin()
             } else {
-                Tool.warn("skipped an I frame of \(header.size) bytes at byte \(decoder.frameOffset) (use --images DIR to save it)")
+                try flush()
+                Tool.warn("skipped an I frame of \(header.size) \(header.size == 1 ? "byte" : "bytes") at byte \(decoder.frameOffset) "
+                          + "(use --images DIR to save it)")
             }
         case .notify:
             break
@@ -132,8 +145,9 @@ final class Decoder {
         case .text, .url:
             if json {
                 try closeJSONText(truncated: false)
-            } else if !raw && lastByte != 0x0A {
-                try write("\n")
+            } else {
+                textOpen = false
+                if !raw && lastByte != 0x0A { try write("\n") }
             }
         case .image:
             let path = try image?.commit()

@@ -10,7 +10,15 @@ final class ImageDirectory {
     init(path: String) throws {
         self.path = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
         try PartialFile.makeDirectories(self.path)
-        next = (try DirectoryListing.names(in: self.path).compactMap(ImageDirectory.number).max() ?? 0) + 1
+        // Numbering goes on after the highest number there: a directory that cannot be listed
+        // is one blframe cannot number images in (73, as for an image it cannot create).
+        let names: [String]
+        do {
+            names = try DirectoryListing.names(in: self.path)
+        } catch {
+            throw ToolError(.cantCreate, error.message)
+        }
+        next = (names.compactMap(ImageDirectory.number).max() ?? 0) + 1
     }
 
     /// "000042.png" → 42. Names of more than 18 digits are not ours and are ignored (counting on

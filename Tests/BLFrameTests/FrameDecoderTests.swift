@@ -131,7 +131,7 @@ final class FrameDecoderTests: XCTestCase {
         XCTAssertEqual(FrameError(.unknownCode(0x58), at: 10).description, "unknown frame code 'X' (0x58) at byte 10")
         XCTAssertEqual(FrameError(.badSizeDigit(0x0A), at: 3).description, "non-digit 0x0a in the size field at byte 3")
         XCTAssertEqual(FrameError(.truncatedBody(code: .image, have: 3, size: 10), at: 19).description,
-                       "input ends inside a I frame (3 of 10 body bytes) at byte 19")
+                       "input ends inside an I frame (3 of 10 body bytes) at byte 19")
     }
 
     // MARK: resync

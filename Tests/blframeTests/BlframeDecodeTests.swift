@@ -61,8 +61,90 @@ final class BlframeDecodeTests: XCTestCase {
         let result = try runTool("blframe", ["-d", "--images", dir.path], input: stream)
         XCTAssertEqual(result.status, 65)
         XCTAssertEqual(result.stdoutText, "hi\n", "the complete frame before the error must be written")
-        XCTAssertEqual(result.stderr, "blframe: input ends inside a I frame (8 of 100 body bytes) at byte 26\n")
+        XCTAssertEqual(result.stderr, "blframe: input ends inside an I frame (8 of 100 body bytes) at byte 26\n")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
+    }
+
+    /// An image that cannot be saved ends the run (74 here: the file size limit, with SIGXFSZ
+    /// ignored as the shell leaves it, so the write fails) after the frames completed before it
+    /// in the same read are written, and leaves no partial file.
+    func testFramesBeforeAnImageThatCannotBeSavedAreWritten() throws {
+        let dir = try temporaryDirectory(self)
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let process = try Spawned("/bin/bash", ["-c", "trap '' XFSZ; ulimit -f 0; exec \"$0\" -d -i \"$1\"", blframe, dir.path])
+        process.feed(data("T0000002hiI0000003abcT0000002no"))
+        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 74, err)
+        XCTAssertEqual(out, "hi\n", "the frame before the image must be written, nothing after it")
+        XCTAssertTrue(err.hasPrefix("blframe: \(dir.path)/.blframe-") && err.hasSuffix("File too large\n"), err)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
+    }
+
+    /// Waits (at most 10 s) until `dir` holds the partial file of process `pid`.
+    private func waitForPartialFile(in dir: URL, of pid: pid_t) throws -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if try FileManager.default.contentsOfDirectory(atPath: dir.path).contains(where: { $0.hasPrefix(".blframe-\(pid)-") }) {
+                return true
+            }
+            usleep(20_000)
+        }
+        return false
+    }
+
+    /// A signal that ends blframe mid-image removes the partial file (SIGUSR1 as well as
+    /// SIGTERM); one it was started with ignored (`nohup`: SIGHUP) stays ignored, and the image
+    /// is saved whole.
+    func testSignalsMidImage() throws {
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let dir = try temporaryDirectory(self)
+        let killed = try Spawned(blframe, ["-d", "-i", dir.path])
+        killed.send(data("I0000010abc"))
+        XCTAssertTrue(try waitForPartialFile(in: dir, of: killed.pid))
+        kill(killed.pid, SIGUSR1)
+        XCTAssertEqual(killed.wait(), 128 + SIGUSR1)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
+
+        // bash execs blframe: the same pid.
+        let nohup = try Spawned("/bin/bash", ["-c", "trap '' HUP; exec \"$0\" -d -i \"$1\"", blframe, dir.path])
+        nohup.send(data("I0000010abc"))
+        XCTAssertTrue(try waitForPartialFile(in: dir, of: nohup.pid))
+        kill(nohup.pid, SIGHUP)
+        usleep(200_000)
+        nohup.feed(data("defghij"))
+        let out = String(decoding: Spawned.readAll(nohup.stdout), as: UTF8.self)
+        XCTAssertEqual(nohup.wait(), 0, "an ignored SIGHUP ended blframe")
+        XCTAssertEqual(out, dir.path + "/000001.bin\n")
+        XCTAssertEqual(try Data(contentsOf: dir.appendingPathComponent("000001.bin")), data("abcdefghij"))
+    }
+
+    /// A temporary file left by a killed blframe whose pid this one has is passed over, not
+    /// an error, and not touched.
+    func testStaleTemporaryFileIsPassedOver() throws {
+        let dir = try temporaryDirectory(self)
+        let process = try Spawned(productsDirectory.appendingPathComponent("blframe").path, ["-d", "-i", dir.path])
+        let stale = dir.appendingPathComponent(".blframe-\(process.pid)-1.part")
+        try data("stale").write(to: stale)
+        process.feed(data("I0000003abc"))
+        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 0, err)
+        XCTAssertEqual(out, dir.path + "/000001.bin\n")
+        XCTAssertEqual(try Data(contentsOf: stale), data("stale"))
+    }
+
+    /// --images that cannot be a directory: 73, with what is in the way.
+    func testImagesDirectoryInTheWay() throws {
+        let dir = try temporaryDirectory(self)
+        try data("x").write(to: dir.appendingPathComponent("file"))
+        try FileManager.default.createSymbolicLink(atPath: dir.appendingPathComponent("dangling").path,
+                                                   withDestinationPath: dir.appendingPathComponent("nowhere").path)
+        for (argument, message) in [("file/sub", "file: not a directory"), ("dangling", "dangling: a symbolic link to nothing")] {
+            let result = try runTool("blframe", ["-d", "-i", dir.appendingPathComponent(argument).path], input: data("T0000002hi"))
+            XCTAssertEqual(result.status, 73, argument)
+            XCTAssertEqual(result.stderr, "blframe: \(dir.path)/\(message)\n")
+        }
     }
 
     func testImageWithoutImagesDirIsReportedAndSkipped() throws {
@@ -145,6 +227,11 @@ final class BlframeDecodeTests: XCTestCase {
         let result = try runTool("blframe", ["-d"], input: data("T0000002okT00x0000"))
         XCTAssertEqual(result.status, 65)
         XCTAssertEqual(result.stdoutText, "ok\n")
+        // A text cut short still ends its line (not with --raw).
+        let cut = try runTool("blframe", ["-d"], input: data("T0000002okT0000005hel"))
+        XCTAssertEqual(cut.status, 65)
+        XCTAssertEqual(cut.stdoutText, "ok\nhel\n")
+        XCTAssertEqual(try runTool("blframe", ["-d", "--raw"], input: data("T0000005hel")).stdoutText, "hel")
         XCTAssertEqual(result.stderr, "blframe: non-digit 'x' (0x78) in the size field at byte 13\n")
         let unknown = try runTool("blframe", ["-d"], input: data("hello"))
         XCTAssertEqual(unknown.status, 65)
@@ -156,6 +243,17 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(result.status, 0)
         XCTAssertEqual(result.stdoutText, "hi\nyes\n")
         XCTAssertEqual(result.stderr, "blframe: skipped 5 bytes before the frame at byte 5\nblframe: skipped 2 bytes before the frame at byte 17\n")
+    }
+
+    /// A note about skipped input comes after the output of the frames before it.
+    func testNotesFollowTheOutputBeforeThem() throws {
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let process = try Spawned("/bin/bash", ["-c", "exec \"$0\" -d --resync 2>&1", blframe])
+        process.feed(data("T0000002hiI0000001aT0000002yo~T0000002ok"))
+        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 0)
+        XCTAssertEqual(out, "hi\nblframe: skipped an I frame of 1 byte at byte 10 (use --images DIR to save it)\n"
+                       + "yo\nblframe: skipped 1 byte before the frame at byte 30\nok\n")
     }
 
     func testClosedStdoutEndsQuietly() throws {

@@ -5,6 +5,7 @@
 // GNU extensions (renameat2 among them) are not declared to Swift. Each wrapper here is one call,
 // except cl_spawn_on_thread, which Swift cannot do without a thread function of C's.
 
+#include <stdbool.h>
 #include <stdint.h>
 
 // rename(2) that fails with EEXIST instead of replacing `to` (renameat2 with RENAME_NOREPLACE).
@@ -38,6 +39,10 @@ struct cl_spawn_result {
 // Returns 0, or an errno value when the thread cannot be created (nothing was started then).
 int cl_spawn_on_thread(const char *path, int search_path, const void *actions, const void *attributes,
                        char *const argv[], char *const envp[], int result_fd, uint64_t tag);
+
+// True when `signo` is ignored (SIG_IGN), as `nohup` or a shell leaves some signals for the
+// programs it starts; Swift cannot compare the handler sigaction(2) returns with SIG_IGN.
+bool cl_signal_ignored(int signo);
 
 // The sd-daemon functions a fully static libdbus-1 needs.
 #include "SdDaemon.h"
