@@ -394,6 +394,12 @@ final class SpawnPlan {
                 posix_spawn_file_actions_adddup2(actions, childEnd, Int32(target))
             }
         }
+        // Nothing but 0, 1 and 2 reaches the child, also no descriptor this process inherited
+        // without close-on-exec (a service manager's, a shell's): a handler that parses what a
+        // remote central sent gets no way to the bus or anything else blserve holds. Where the
+        // C library cannot (ENOSYS), close-on-exec on everything blserve opens still holds.
+        let closing = cl_spawn_close_from(actions, 3)
+        if closing != 0 && closing != ENOSYS { throw Errno(closing) }
 
         var rc = posix_spawnattr_setpgroup(attributes, 0)
         if rc == 0 {

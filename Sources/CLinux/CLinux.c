@@ -86,6 +86,16 @@ int cl_spawn_on_thread(const char *path, int search_path, const void *actions, c
     return rc;
 }
 
+int cl_spawn_close_from(void *actions, int lowest) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    return posix_spawn_file_actions_addclosefrom_np((posix_spawn_file_actions_t *)actions, lowest);
+#else
+    (void)actions;
+    (void)lowest;
+    return ENOSYS;
+#endif
+}
+
 bool cl_signal_ignored(int signo) {
     struct sigaction current;
     return sigaction(signo, NULL, &current) == 0 && current.sa_handler == SIG_IGN;

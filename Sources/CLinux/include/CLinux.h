@@ -40,6 +40,12 @@ struct cl_spawn_result {
 int cl_spawn_on_thread(const char *path, int search_path, const void *actions, const void *attributes,
                        char *const argv[], char *const envp[], int result_fd, uint64_t tag);
 
+// posix_spawn_file_actions_addclosefrom_np(3) (glibc 2.34): the child closes every descriptor
+// from `lowest` up before it execs, also those the process inherited without close-on-exec.
+// `actions` points to a posix_spawn_file_actions_t. Returns 0, or an errno value (ENOSYS: this
+// C library does not have it).
+int cl_spawn_close_from(void *actions, int lowest);
+
 // True when `signo` is ignored (SIG_IGN), as `nohup` or a shell leaves some signals for the
 // programs it starts; Swift cannot compare the handler sigaction(2) returns with SIG_IGN.
 bool cl_signal_ignored(int signo);
