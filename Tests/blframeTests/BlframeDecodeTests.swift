@@ -257,19 +257,25 @@ final class BlframeDecodeTests: XCTestCase {
     }
 
     func testClosedStdoutEndsQuietly() throws {
-        // `blframe -d | head -c 1`: the reader goes away; blframe must stop without an error.
-        let script = "head -c 100000000 /dev/zero | \(productsDirectory.path)/blframe -e -c I | \(productsDirectory.path)/blframe -d --raw -i /dev/null 2>&1 >/dev/null; yes T0000001a | tr -d '\\n' | head -c 10000000 | \(productsDirectory.path)/blframe -d | head -c 1 >/dev/null; echo \"${PIPESTATUS[3]}\""
-        let process = try Spawned("/bin/bash", ["-c", script], stdin: .inherit)
-        let group = DispatchGroup()
-        nonisolated(unsafe) var outData = Data(), errData = Data()
-        DispatchQueue.global().async(group: group) { outData = Spawned.readAll(process.stdout) }
-        DispatchQueue.global().async(group: group) { errData = Spawned.readAll(process.stderr) }
-        group.wait()
-        process.wait()
-        let out = String(decoding: outData, as: UTF8.self)
-        let err = String(decoding: errData, as: UTF8.self)
-        XCTAssertTrue(out.hasSuffix("0\n"), "exit status of blframe -d after head closed the pipe: \(out)")
-        XCTAssertFalse(err.contains("blframe -d"), err)
+        // `blframe … | head -c 1`: the reader goes away; blframe must stop at once, with 0 and
+        // nothing on stderr, decoding, encoding a whole input or encoding lines.
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        for (feed, arguments) in [("yes T0000001a | tr -d '\\n' | head -c 10000000", "-d"),
+                                  ("head -c 5000000 /dev/zero", "-c I"),
+                                  ("yes hello | head -c 10000000", "--lines")] {
+            // blframe's stderr is the test's to read; the feeding commands' is not.
+            let index = feed.filter { $0 == "|" }.count + 1
+            let script = "exec 3>&2 2>/dev/null; \(feed) | \"$0\" \(arguments) 2>&3 | head -c 1 >/dev/null; echo \"status=${PIPESTATUS[\(index)]}\""
+            let process = try Spawned("/bin/bash", ["-c", script, blframe], stdin: .inherit)
+            let group = DispatchGroup()
+            nonisolated(unsafe) var outData = Data(), errData = Data()
+            DispatchQueue.global().async(group: group) { outData = Spawned.readAll(process.stdout) }
+            DispatchQueue.global().async(group: group) { errData = Spawned.readAll(process.stderr) }
+            group.wait()
+            process.wait()
+            XCTAssertEqual(String(decoding: outData, as: UTF8.self), "status=0\n", "blframe \(arguments) after head closed the pipe")
+            XCTAssertEqual(String(decoding: errData, as: UTF8.self), "", "blframe \(arguments)")
+        }
     }
 }
 

@@ -45,8 +45,9 @@ final class OptionsTests: XCTestCase {
 
     func testLayoutsAndFlags() throws {
         let nus = try config(["--nus", "--write-without-response", "--mode", "raw", "sh"])
-        XCTAssertEqual(nus.serviceUUID, KnownUUIDs.nusService)
-        XCTAssertEqual(nus.characteristics.map(\.uuid), [KnownUUIDs.nusRX, KnownUUIDs.nusTX])
+        // Nordic's published UUIDs (not the code's own constants): centrals write to RX, 0002.
+        XCTAssertEqual(nus.serviceUUID, "6e400001-b5a3-f393-e0a9-e50e24dcca9e")
+        XCTAssertEqual(nus.characteristics.map(\.uuid), ["6e400002-b5a3-f393-e0a9-e50e24dcca9e", "6e400003-b5a3-f393-e0a9-e50e24dcca9e"])
         XCTAssertEqual(nus.characteristics.map(\.flags), [["write", "write-without-response"], ["read", "notify"]])
         let secure = try config(["--secure", "--service", "180D", "--char", "0x2A37", "cat"])
         XCTAssertEqual(secure.serviceUUID, "0000180d-0000-1000-8000-00805f9b34fb")

@@ -100,7 +100,9 @@ final class ProcessTests: XCTestCase {
         let bus = try BusFixture()
         self.bus = bus
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
-        let (child, stderr) = try start(["-v", "-n", "life", "--", "sh", "-c", "b=$(cat); [ \"$b\" = slow ] && exec sleep 60; printf %s \"$b\""],
+        let pidFile = try scratchDirectory() + "/slow.pid"
+        let (child, stderr) = try start(["-v", "-n", "life", "--", "sh", "-c",
+                                         "b=$(cat); [ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60; printf %s \"$b\""],
                                         busAddress: bus.address)
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
         let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
@@ -116,12 +118,26 @@ final class ProcessTests: XCTestCase {
 
         // A handler that is still running when SIGTERM comes is ended, and blserve unregisters.
         _ = bluez.write(Array("T0000004slow".utf8), from: a)
-        _ = loop.run(until: { false }, timeout: 0.5)
+        var handlerPID: pid_t?
+        XCTAssertTrue(loop.run(until: {
+            handlerPID = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            return handlerPID != nil
+        }, timeout: 10), "the slow handler did not start")
         let stopped = MonotonicClock.seconds()
         child.signal(SIGTERM)
         XCTAssertEqual(finish(child), .exited(0), stderr())
         XCTAssertLessThan(MonotonicClock.seconds() - stopped, 5)
         XCTAssertTrue(bluez.applications.isEmpty, "the application is still registered")
         XCTAssertTrue(bluez.advertisements.isEmpty, "the advertisement is still registered")
+        // Gone, or a zombie waiting for whoever inherited it.
+        if let pid = handlerPID {
+            func gone() -> Bool {
+                guard kill(pid, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                      let close = stat.lastIndex(of: ")") else { return true }
+                return stat[stat.index(close, offsetBy: 2)] == "Z"
+            }
+            XCTAssertTrue(loop.run(until: gone, timeout: 3), "the handler running at SIGTERM is still alive")
+            if !gone() { kill(pid, SIGKILL) }
+        }
     }
 }

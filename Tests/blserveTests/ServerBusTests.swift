@@ -123,9 +123,9 @@ final class ServerBusTests: XCTestCase {
         let app = try XCTUnwrap(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
         let rx = try XCTUnwrap(app["/org/blpipe/blserve/service0/char0"]?[BlueZ.gattCharacteristicInterface])
         let tx = try XCTUnwrap(app["/org/blpipe/blserve/service0/char1"]?[BlueZ.gattCharacteristicInterface])
-        XCTAssertEqual(rx["UUID"]?.string, KnownUUIDs.nusRX)
+        XCTAssertEqual(rx["UUID"]?.string, "6e400002-b5a3-f393-e0a9-e50e24dcca9e")
         XCTAssertEqual(rx["Flags"]?.stringArray, ["write", "write-without-response"])
-        XCTAssertEqual(tx["UUID"]?.string, KnownUUIDs.nusTX)
+        XCTAssertEqual(tx["UUID"]?.string, "6e400003-b5a3-f393-e0a9-e50e24dcca9e")
         XCTAssertEqual(tx["Flags"]?.stringArray, ["read", "notify"])
     }
 
@@ -332,15 +332,6 @@ final class ServerBusTests: XCTestCase {
     }
 
     // MARK: - --prestart
-
-    /// A scratch directory removed with the test.
-    private func scratchDirectory() throws -> String {
-        var template = Array("/tmp/blserve-test-XXXXXX".utf8CString)
-        guard let dir = mkdtemp(&template) else { throw Errno.current }
-        let path = String(cString: dir)
-        addTeardownBlock { _ = try? runTool("/bin/rm", ["-rf", path]) }
-        return path
-    }
 
     private func lines(_ path: String) -> [String] {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
