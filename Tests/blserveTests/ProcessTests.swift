@@ -96,6 +96,32 @@ final class ProcessTests: XCTestCase {
         XCTAssertEqual(try run("I", "x"), "error: unsupported request code I")
     }
 
+    /// Stream mode's one COMMAND ending: 0 when it succeeded (its output was sent), 1 when it
+    /// failed, and blserve unregisters either way.
+    func testStreamModeEndsWithItsCommand() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        for (script, status) in [("printf tick; exit 3", Int32(1)), ("printf tick", 0)] {
+            let (child, stderr) = try start(["-n", "stream", "--mode", "stream", "--", "sh", "-c", script], busAddress: bus.address)
+            XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") || !bluez.applications.isEmpty }, timeout: 10), stderr())
+            let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
+            try bluez.watchNotifications(of: String(owner))
+            // COMMAND starts when a central subscribes.
+            try bluez.setConnected(FakeBluetoothd.device(1), true)
+            try bluez.startNotify()
+            XCTAssertEqual(finish(child), .exited(status), "\(script): \(stderr())")
+            XCTAssertTrue(loop.run(until: { bluez.notifications.joined().count >= 4 }, timeout: 2))
+            XCTAssertEqual(String(decoding: bluez.notifications.joined(), as: UTF8.self), "tick", script)
+            bluez.clearNotifications()
+            XCTAssertTrue(bluez.applications.isEmpty, "\(script): the application is still registered")
+            if status != 0 {
+                XCTAssertTrue(stderr().contains("exit status 3"), stderr())
+                XCTAssertEqual(stderr().filter { $0 == "\n" }.count, 1, stderr())
+            }
+        }
+    }
+
     func testWholeLifeRegistersAnswersAndUnregistersOnSIGTERM() throws {
         let bus = try BusFixture()
         self.bus = bus
