@@ -24,8 +24,29 @@ final class BlserveDocsTests: XCTestCase {
             echo AFTER; complete -C 'blserve -n pi tr --'
             echo AFTER; complete -C 'blserve -- tr --'
             """
-        for (shell, script) in [("bash", bash), ("fish", fish)] {
-            let process = try Spawned("/usr/bin/env", [shell, "-c", script], stdin: .inherit, stderr: .stdout)
+        // zsh completes only in an interactive shell: one on a pseudo-terminal, as
+        // Tests/docs/check-tool-docs does, each line typed and TAB pressed.
+        let zsh = """
+            zmodload zsh/zpty
+            offer() {
+                zpty z 'zsh -f -i'
+                zpty -w z "LISTMAX=10000; COLUMNS=250; fpath=('\(root)/completions' \\$fpath); autoload -U compinit; compinit -u -D; print READY"
+                local out="" line
+                zpty -r z out '*READY*'
+                zpty -w -n z "$1"$'\\t'
+                sleep 2
+                out=""
+                while zpty -r -t z line; do out+=$line; done
+                zpty -d z
+                print -r -- ${out//$'\\r'/}
+            }
+            echo BEFORE; offer 'blserve -v --'
+            echo AFTER; offer 'blserve -n pi tr --'
+            echo AFTER; offer 'blserve -- tr --'
+            """
+        for (shell, script) in [("bash", bash), ("fish", fish), ("zsh", zsh)] {
+            let process = try Spawned("/usr/bin/env", shell == "zsh" ? ["zsh", "-f", "-c", script] : [shell, "-c", script],
+                                      stdin: .inherit, stderr: .stdout)
             let text = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
             XCTAssertEqual(process.wait(), 0, "\(shell): \(text)")
             let parts = text.components(separatedBy: "AFTER\n")
@@ -34,6 +55,10 @@ final class BlserveDocsTests: XCTestCase {
             for after in parts.dropFirst() {
                 XCTAssertFalse(after.contains("--mode") || after.contains("--reply-code"),
                                "\(shell) offers blserve's options after COMMAND: \(after)")
+            }
+            if shell == "zsh" {
+                // What comes after COMMAND is completed as COMMAND's own arguments.
+                XCTAssertTrue(parts[1].contains("--delete"), "zsh does not complete tr's options after it: \(parts[1])")
             }
         }
     }
