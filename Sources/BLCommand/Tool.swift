@@ -82,10 +82,11 @@ public enum Tool {
     /// Parses the command line with `spec`, handles `--help` and `--version`, runs `body` and
     /// turns thrown errors into one stderr line and an exit status:
     /// `UsageError` → 64 with a hint to `--help`, `ToolError` → its code, anything else → 70.
-    public static func run(_ spec: CommandSpec, arguments: [String] = Array(CommandLine.arguments.dropFirst()),
+    public static func run(_ spec: CommandSpec, arguments: [String]? = nil,
                            _ body: (ParsedOptions) throws -> Void) -> Never {
         name = spec.name
         reserveStandardDescriptors()
+        let arguments = arguments ?? commandLineArguments()
         let options: ParsedOptions
         do {
             options = try spec.parse(arguments)
@@ -112,6 +113,22 @@ public enum Tool {
         }
         finishDiagnostics()
         Glibc.exit(0)
+    }
+
+    /// The process's arguments after its name. Swift's `CommandLine.arguments` repairs bytes that
+    /// are not UTF-8 (each becomes U+FFFD), which would make a file name given on the command line
+    /// another one, or alter an argument passed on to COMMAND: such an argument is refused (64).
+    static func commandLineArguments() -> [String] {
+        var arguments: [String] = []
+        for i in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[i] else { break }
+            guard let text = String(validatingCString: raw) else {
+                exit(.usage, "argument \(i) is not valid UTF-8 (\(String(cString: raw).debugDescription)); "
+                     + "only text and UTF-8 names can be passed")
+            }
+            arguments.append(text)
+        }
+        return arguments
     }
 
     static func printHelp(_ spec: CommandSpec) -> Never {

@@ -124,6 +124,19 @@ final class BlframeEncodeTests: XCTestCase {
         XCTAssertTrue(try runTool("blframe", ["--line"]).stderr.contains("did you mean '--lines'"))
     }
 
+    /// An argument that is not UTF-8 is refused rather than changed (Swift would make the byte
+    /// U+FFFD, and --images another directory).
+    func testArgumentsThatAreNotUTF8AreRefused() throws {
+        let dir = try temporaryDirectory(self)
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let process = try Spawned("/bin/bash", ["-c", "exec \"$0\" -d -i \"$1\"/$'\\xff'dir </dev/null", blframe, dir.path])
+        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 64, err)
+        XCTAssertTrue(err.hasPrefix("blframe: argument 3 is not valid UTF-8"), err)
+        XCTAssertEqual(err.filter { $0 == "\n" }.count, 1, err)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "a directory was made")
+    }
+
     func testHelpAndVersion() throws {
         let help = try runTool("blframe", ["--help"])
         XCTAssertEqual(help.status, 0)
