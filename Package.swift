@@ -40,7 +40,7 @@ let package = Package(
         .target(name: "CTestSupport", path: "Tests/CTestSupport"),
         .target(name: "BLTestSupport", dependencies: ["BLCommand", "CTestSupport"], path: "Tests/BLTestSupport"),
         .testTarget(name: "BLFrameTests", dependencies: ["BLFrame", "BLTestSupport"]),
-        .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "BLTestSupport"]),
+        .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "CLinux", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "CLinux", "BLCommand", "BLTestSupport"]),
         .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),

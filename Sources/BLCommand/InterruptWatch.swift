@@ -9,6 +9,7 @@ import Musl
 /// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up; a
 /// handler set after a signal came runs at once (a wait whose failure was ignored must not
 /// hide the signal). A second signal ends the process at once with 128 + the signal number.
+/// A signal the process started with ignored (`nohup`) is left so (``Signals/ignoredAtStart(_:)``).
 public final class InterruptWatch {
     public var onInterrupt: (() -> Void)? {
         didSet {
@@ -19,7 +20,7 @@ public final class InterruptWatch {
     private var tokens: [SignalToken] = []
 
     public init(loop: EventLoop, signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]) {
-        for signo in signals {
+        for signo in signals where !Signals.ignoredAtStart(signo) {
             if let token = try? loop.onSignal(signo, { [weak self, weak loop] info in
                 guard let self else { return }
                 if self.received != nil { exit(128 + info.signal) }

@@ -9,9 +9,10 @@ import CLinux
 /// nothing partial ever looks finished. The final name is never overwritten: `commit` moves the
 /// file into place in a way that fails on an existing name, and tries the next candidate name.
 ///
-/// While a partial file exists, a signal that ends the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT
+/// While a partial file exists, a signal sent to end the process (SIGINT, SIGTERM, SIGHUP, SIGQUIT
 /// and the others in `SignalCleanup.signals`, unless it was ignored when the process started)
-/// removes it first. Only SIGKILL (or a crash) can leave one behind, under its hidden name.
+/// removes it first. SIGKILL, a real-time signal or a crash can leave one behind, under its
+/// hidden name.
 public final class PartialFile {
     public let directory: String
     public let temporaryPath: String
@@ -139,7 +140,8 @@ public final class PartialFile {
                 guard error.rawValue == EEXIST else { throw ToolError(.cantCreate, "\(prefix): \(error)") }
                 // There already: fine if it is a directory (or a link to one).
                 if stat(prefix, &st) != 0 {
-                    throw ToolError(.cantCreate, "\(prefix): a symbolic link to nothing")
+                    let reason = Errno.current
+                    throw ToolError(.cantCreate, "\(prefix): " + (reason.rawValue == ENOENT ? "a symbolic link to nothing" : "\(reason)"))
                 }
                 guard (st.st_mode & S_IFMT) == S_IFDIR else { throw ToolError(.cantCreate, "\(prefix): not a directory") }
             }
@@ -156,7 +158,7 @@ private final class SignalCleanup {
     /// The signals whose default action ends the process and that another process or the kernel
     /// (a file size limit: SIGXFSZ) may send while a file is written.
     static let signals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
-                          SIGXCPU, SIGXFSZ]
+                          SIGXCPU, SIGXFSZ, SIGPWR, SIGIO, SIGSTKFLT]
     static let capacity = 4096
     /// NUL-terminated path, or an empty string when disarmed. Read by the signal handler.
     nonisolated(unsafe) static let path: UnsafeMutablePointer<CChar> = {
@@ -170,7 +172,7 @@ private final class SignalCleanup {
         let buffer = SignalCleanup.path
         if !installed {
             installed = true
-            for signo in SignalCleanup.signals where !cl_signal_ignored(signo) {
+            for signo in SignalCleanup.signals where !Signals.ignoredAtStart(signo) {
                 signal(signo) { signo in
                     if SignalCleanup.path[0] != 0 { unlink(SignalCleanup.path) }
                     signal(signo, SIG_DFL)

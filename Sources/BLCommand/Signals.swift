@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CLinux
 import Synchronization
 
 /// One signal as read from the loop's `signalfd` (a subset of `struct signalfd_siginfo`).
@@ -39,17 +40,48 @@ public struct SignalInfo: Equatable, Sendable {
 ///   child processes must give them the original mask and default dispositions, with
 ///   ``prepareSpawnAttributes(_:)`` for `posix_spawn`, or with ``originalMask`` after a hand-written
 ///   `fork()`.
+/// * A signal the process **started with ignored** (`nohup`'s SIGHUP; SIGINT and SIGQUIT in a
+///   shell's background job) stays ignored, as Unix programs leave it: the tools do not watch it
+///   (a blocked signal is queued even while ignored), files being written do not handle it, and
+///   children get it ignored too. ``ignoredAtStart(_:)`` tells; ``Tool/run(_:arguments:_:)``
+///   takes the record before anything changes a disposition.
 public enum Signals {
     /// Process-wide, hence behind a mutex (signal masks are per thread, dispositions per process).
     private struct State: Sendable {
         var originalMask: sigset_t?
         var blockCounts: [Int32: Int] = [:]
         var ignoredSIGPIPE = false
+        /// Signals 1-31 whose disposition was SIG_IGN at the first look (nil: not taken yet).
+        var ignoredAtStart: Set<Int32>?
     }
 
     private static let state = Mutex(State())
 
-    /// Signals reset to their default disposition in children by ``prepareSpawnAttributes(_:)``.
+    /// Takes the record of the signals ignored at start, once; what the process ignores or
+    /// blocks later does not count. Called by everything here that changes signal state.
+    public static func recordInheritedDispositions() {
+        state.withLock { s in record(&s) }
+    }
+
+    private static func record(_ s: inout State) {
+        if s.ignoredAtStart != nil { return }
+        var ignored = Set<Int32>()
+        for signo in Int32(1)..<32 where signo != SIGKILL && signo != SIGSTOP && cl_signal_ignored(signo) {
+            ignored.insert(signo)
+        }
+        s.ignoredAtStart = ignored
+    }
+
+    /// Whether `signal` was ignored when the process started (see the type's notes).
+    public static func ignoredAtStart(_ signal: Int32) -> Bool {
+        state.withLock { s in
+            record(&s)
+            return s.ignoredAtStart!.contains(signal)
+        }
+    }
+
+    /// Signals reset to their default disposition in children by ``prepareSpawnAttributes(_:)``,
+    /// unless the process started with them ignored.
     public static let resetInChildren: [Int32] = [
         SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH,
     ]
@@ -68,6 +100,7 @@ public enum Signals {
     public static func ignoreSIGPIPE() {
         state.withLock { s in
             if s.ignoredSIGPIPE { return }
+            record(&s)
             _ = signal(SIGPIPE, SIG_IGN)
             s.ignoredSIGPIPE = true
         }
@@ -81,7 +114,7 @@ public enum Signals {
         var mask = originalMask
         var defaults = sigset_t()
         sigemptyset(&defaults)
-        for s in resetInChildren { sigaddset(&defaults, s) }
+        for s in resetInChildren where !ignoredAtStart(s) { sigaddset(&defaults, s) }
         var flags: Int16 = 0
         var rc = posix_spawnattr_getflags(&attributes, &flags)
         if rc == 0 { rc = posix_spawnattr_setsigmask(&attributes, &mask) }
@@ -95,6 +128,7 @@ public enum Signals {
     /// Blocks `signal` in the calling thread, counting users so that two loops can share it.
     static func block(_ signal: Int32) throws(Errno) {
         let result: Errno? = state.withLock { s in
+            record(&s)
             if s.originalMask == nil { s.originalMask = LoopSyscalls.currentSigmask() }
             var set = sigset_t()
             sigemptyset(&set)

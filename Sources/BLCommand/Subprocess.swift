@@ -151,8 +151,9 @@ public final class ChildProcesses {
     /// The child gets its own process group (its pid), the signal mask and dispositions the
     /// process had before any loop blocked signals (``Signals/prepareSpawnAttributes(_:)``), the
     /// current environment with `environment` added (a key given there replaces the inherited
-    /// one), and the working directory of this process. Descriptors other than 0, 1 and 2 are
-    /// not passed on as long as they are close-on-exec (the project opens everything that way).
+    /// one), and the working directory of this process. No descriptor but 0, 1 and 2 is passed
+    /// on: the child closes all others before it execs, also those this process inherited
+    /// without close-on-exec (where the C library cannot, they are all made close-on-exec).
     ///
     /// - Parameters:
     ///   - stdin, stdout, stderr: ``Subprocess/Stream/pipe`` gives this process a non-blocking,
@@ -397,9 +398,11 @@ final class SpawnPlan {
         // Nothing but 0, 1 and 2 reaches the child, also no descriptor this process inherited
         // without close-on-exec (a service manager's, a shell's): a handler that parses what a
         // remote central sent gets no way to the bus or anything else blserve holds. Where the
-        // C library cannot (ENOSYS), close-on-exec on everything blserve opens still holds.
-        let closing = cl_spawn_close_from(actions, 3)
-        if closing != 0 && closing != ENOSYS { throw Errno(closing) }
+        // C library cannot close them in the child (ENOSYS), every descriptor above 2 of this
+        // process is made close-on-exec instead (all it opens itself already is).
+        var closing = cl_spawn_close_from(actions, 3)
+        if closing == ENOSYS { closing = cl_cloexec_from(3) == 0 ? 0 : errno }
+        if closing != 0 { throw Errno(closing) }
 
         var rc = posix_spawnattr_setpgroup(attributes, 0)
         if rc == 0 {

@@ -85,6 +85,7 @@ public enum Tool {
     public static func run(_ spec: CommandSpec, arguments: [String]? = nil,
                            _ body: (ParsedOptions) throws -> Void) -> Never {
         name = spec.name
+        Signals.recordInheritedDispositions()
         reserveStandardDescriptors()
         let arguments = arguments ?? commandLineArguments()
         let options: ParsedOptions
@@ -120,15 +121,37 @@ public enum Tool {
     /// another one, or alter an argument passed on to COMMAND: such an argument is refused (64).
     static func commandLineArguments() -> [String] {
         var arguments: [String] = []
-        for i in 1..<Int(CommandLine.argc) {
-            guard let raw = CommandLine.unsafeArgv[i] else { break }
+        var i = 1
+        while i < Int(CommandLine.argc), let raw = CommandLine.unsafeArgv[i] {
             guard let text = String(validatingCString: raw) else {
-                exit(.usage, "argument \(i) is not valid UTF-8 (\(String(cString: raw).debugDescription)); "
-                     + "only text and UTF-8 names can be passed")
+                exit(.usage, "argument \(i) is not valid UTF-8 (\(escapingInvalidUTF8(raw))): only text and UTF-8 names "
+                     + "can be passed; try '\(name) --help'")
             }
             arguments.append(text)
+            i += 1
         }
         return arguments
+    }
+
+    /// `raw` with each byte that is not part of valid UTF-8 written as \xHH.
+    static func escapingInvalidUTF8(_ raw: UnsafePointer<CChar>) -> String {
+        let bytes = Array(UnsafeRawBufferPointer(start: raw, count: strlen(raw)))
+        var text = ""
+        var start = 0
+        while start < bytes.count {
+            // The longest valid UTF-8 run from here, then one invalid byte.
+            var end = bytes.count
+            while end > start, String(validating: bytes[start..<end], as: UTF8.self) == nil { end -= 1 }
+            if end > start {
+                text += String(decoding: bytes[start..<end], as: UTF8.self)
+                start = end
+            } else {
+                let hex = Array("0123456789abcdef")
+                text += "\\x" + String(hex[Int(bytes[start] >> 4)]) + String(hex[Int(bytes[start] & 15)])
+                start += 1
+            }
+        }
+        return text
     }
 
     static func printHelp(_ spec: CommandSpec) -> Never {

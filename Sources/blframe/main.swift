@@ -29,7 +29,7 @@ let spec = CommandSpec(
       blrecv DEV | blframe -d --images ./out
 
     exit status: 0 success, 64 usage error, 65 malformed input or a body over 9999999 bytes,
-    73 an image file cannot be created, 74 input/output error.
+    73 an image file (or the --images directory) cannot be created, 74 input/output error.
     """
 )
 

@@ -1,12 +1,13 @@
 import Dispatch
 import Glibc
 import XCTest
+import BLTestSupport
 @testable import BLCommand
 
 final class DiagnosticOutputTests: XCTestCase {
     override func setUp() {
         super.setUp()
-        signal(SIGPIPE, SIG_IGN)
+        ignoreSIGPIPE()
     }
 
     /// Fills the pipe through a non-blocking description of its own, leaving `fd` blocking.

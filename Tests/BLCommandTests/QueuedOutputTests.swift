@@ -1,12 +1,13 @@
 import Dispatch
 import Glibc
 import XCTest
+import BLTestSupport
 @testable import BLCommand
 
 final class QueuedOutputTests: XCTestCase {
     override func setUp() {
         super.setUp()
-        signal(SIGPIPE, SIG_IGN)
+        ignoreSIGPIPE()
     }
 
     /// What an output reported through onFailure.

@@ -1,4 +1,5 @@
 import XCTest
+import CLinux
 import Foundation
 import Glibc
 @testable import BLCommand
@@ -131,6 +132,18 @@ final class SubprocessTests: XCTestCase {
         let names = String(decoding: readAll(child), as: UTF8.self).split(separator: "\n").map(String.init)
         // 3 is ls's own descriptor for the directory it lists.
         XCTAssertEqual(names.sorted(), ["0", "1", "2", "3"])
+    }
+
+    /// The fallback where the C library cannot close descriptors in the child: every
+    /// descriptor from the one given up becomes close-on-exec.
+    func testDescriptorsCanAllBeMadeCloseOnExec() throws {
+        var fds: [Int32] = [-1, -1]
+        XCTAssertEqual(pipe(&fds), 0)  // without close-on-exec
+        defer { FileIO.close(fds[0]); FileIO.close(fds[1]) }
+        XCTAssertEqual(cl_cloexec_from(min(fds[0], fds[1])), 0)
+        for fd in fds {
+            XCTAssertNotEqual(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0, "descriptor \(fd)")
+        }
     }
 
     func testTerminateAllEndsEveryChild() throws {

@@ -1,3 +1,4 @@
+import BLCommand
 import Foundation
 
 
@@ -36,6 +37,11 @@ public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(),
 }
 
 public func data(_ text: String) -> Data { Data(text.utf8) }
+
+/// Ignores SIGPIPE in the test process, through ``Signals`` so that its record of the signals
+/// ignored at start (which children keep ignored) is taken first: a direct signal(3) call made
+/// before it would count as inherited.
+public func ignoreSIGPIPE() { Signals.ignoreSIGPIPE() }
 
 public func randomData(_ count: Int, _ rng: inout SeededGenerator) -> Data { Data(rng.bytes(count)) }
 

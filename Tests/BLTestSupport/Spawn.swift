@@ -116,7 +116,7 @@ public final class Spawned: @unchecked Sendable {
     /// Writes all of `data` to stdin (stopping at EPIPE) and leaves it open.
     public func send(_ data: Data) {
         if stdin < 0 { return }
-        signal(SIGPIPE, SIG_IGN)
+        ignoreSIGPIPE()
         data.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {

@@ -189,8 +189,7 @@ final class BlframeDecodeTests: XCTestCase {
     /// I/O error (EAGAIN) on the first read that finds it empty.
     func testNonBlockingStdinIsWaitedFor() throws {
         // Should blframe fail, the write below must fail with EPIPE, not end the test process.
-        let previous = signal(SIGPIPE, SIG_IGN)
-        defer { signal(SIGPIPE, previous) }
+        ignoreSIGPIPE()
         for arguments in [["-d"], ["-c", "T"], ["--lines"]] {
             let (readEnd, writeEnd) = try Spawned.pipe()
             let p = [readEnd, writeEnd]

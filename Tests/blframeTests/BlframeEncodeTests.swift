@@ -132,7 +132,7 @@ final class BlframeEncodeTests: XCTestCase {
         let process = try Spawned("/bin/bash", ["-c", "exec \"$0\" -d -i \"$1\"/$'\\xff'dir </dev/null", blframe, dir.path])
         let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
         XCTAssertEqual(process.wait(), 64, err)
-        XCTAssertTrue(err.hasPrefix("blframe: argument 3 is not valid UTF-8"), err)
+        XCTAssertTrue(err.hasPrefix("blframe: argument 3 is not valid UTF-8 (\(dir.path)/\\xffdir)"), err)
         XCTAssertEqual(err.filter { $0 == "\n" }.count, 1, err)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "a directory was made")
     }

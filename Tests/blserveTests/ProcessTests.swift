@@ -28,8 +28,11 @@ final class ProcessTests: XCTestCase {
     private var blserve: String { productsDirectory.appendingPathComponent("blserve").path }
 
     /// Starts blserve; its stderr is collected into `stderr`.
-    private func start(_ args: [String], busAddress: String) throws -> (Subprocess, () -> String) {
-        let child = try children.spawn([blserve] + args, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)],
+    /// Starts blserve with `args`; `ignoring` signals it starts with ignored (as `nohup` does).
+    private func start(_ args: [String], busAddress: String, ignoring: [String] = []) throws -> (Subprocess, () -> String) {
+        let argv = ignoring.isEmpty ? [blserve] + args
+            : ["sh", "-c", "trap '' \(ignoring.joined(separator: " ")); exec \"$0\" \"$@\"", blserve] + args
+        let child = try children.spawn(argv, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)],
                                        stdin: .null, stdout: .null, stderr: .pipe)
         var text: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -120,6 +123,35 @@ final class ProcessTests: XCTestCase {
                 XCTAssertEqual(stderr().filter { $0 == "\n" }.count, 1, stderr())
             }
         }
+    }
+
+    /// Started with SIGINT ignored (a background job, `nohup`), blserve leaves it so: SIGINT does
+    /// not stop it, its handlers start with it ignored, and SIGTERM still stops it.
+    func testSignalsIgnoredAtStartStayIgnored() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        let (child, stderr) = try start(["-v", "--", "sh", "-c", "cat >/dev/null; grep '^SigIgn' /proc/self/status"],
+                                        busAddress: bus.address, ignoring: ["INT"])
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
+        try bluez.watchNotifications(of: String(owner))
+        child.signal(SIGINT)
+        _ = loop.run(until: { child.status != nil }, timeout: 1)
+        XCTAssertNil(child.status, "SIGINT, ignored at start, stopped blserve: \(stderr())")
+
+        let a = FakeBluetoothd.device(1)
+        _ = bluez.write(Array("T0000001x".utf8), from: a)
+        var reply: [UInt8] = []
+        XCTAssertTrue(loop.run(until: { reply += bluez.readAll(from: a); return reply.count > 8 && reply.last == 0x0A }, timeout: 10))
+        let text = String(decoding: reply.dropFirst(8), as: UTF8.self)
+        let mask = UInt64(text.split(separator: "\t").last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "", radix: 16)
+        XCTAssertNotNil(mask, text)
+        XCTAssertEqual((mask ?? 0) & (1 << (SIGINT - 1)), 1 << (SIGINT - 1), "the handler does not ignore SIGINT: \(text)")
+        XCTAssertEqual((mask ?? 0) & (1 << (SIGTERM - 1)), 0, "the handler ignores SIGTERM: \(text)")
+
+        child.signal(SIGTERM)
+        XCTAssertEqual(finish(child), .exited(0), stderr())
     }
 
     func testWholeLifeRegistersAnswersAndUnregistersOnSIGTERM() throws {
