@@ -19,8 +19,8 @@ public final class InterruptWatch {
     public private(set) var received: Int32?
     private var tokens: [SignalToken] = []
 
-    public init(loop: EventLoop, signals: [Int32] = [SIGINT, SIGTERM, SIGHUP]) {
-        for signo in signals where !Signals.ignoredAtStart(signo) {
+    public init(loop: EventLoop, signals: [Int32] = Signals.interruptSignals) {
+        for signo in Signals.notIgnoredAtStart(signals) {
             if let token = try? loop.onSignal(signo, { [weak self, weak loop] info in
                 guard let self else { return }
                 if self.received != nil { exit(128 + info.signal) }

@@ -172,7 +172,7 @@ private final class SignalCleanup {
         let buffer = SignalCleanup.path
         if !installed {
             installed = true
-            for signo in SignalCleanup.signals where !Signals.ignoredAtStart(signo) {
+            for signo in Signals.notIgnoredAtStart(SignalCleanup.signals) {
                 signal(signo) { signo in
                     if SignalCleanup.path[0] != 0 { unlink(SignalCleanup.path) }
                     signal(signo, SIG_DFL)

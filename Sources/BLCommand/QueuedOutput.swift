@@ -229,11 +229,11 @@ public final class QueuedOutput {
     /// TIOCGPTN: succeeds only on a pty master.
     static let getPtyNumber: UInt = 0x8004_5430
 
-    /// SIGINT, SIGTERM or SIGHUP is waiting to be delivered.
+    /// SIGINT, SIGTERM or SIGHUP is waiting to be delivered (one ignored at start does not count:
+    /// it may wait, blocked and ignored, for ever).
     static func terminationPending() -> Bool {
         var pending = sigset_t()
         guard sigpending(&pending) == 0 else { return false }
-        return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1
-            || sigismember(&pending, SIGHUP) == 1
+        return Signals.notIgnoredAtStart(Signals.interruptSignals).contains { sigismember(&pending, $0) == 1 }
     }
 }

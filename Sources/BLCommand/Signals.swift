@@ -42,9 +42,11 @@ public struct SignalInfo: Equatable, Sendable {
 ///   `fork()`.
 /// * A signal the process **started with ignored** (`nohup`'s SIGHUP; SIGINT and SIGQUIT in a
 ///   shell's background job) stays ignored, as Unix programs leave it: the tools do not watch it
-///   (a blocked signal is queued even while ignored), files being written do not handle it, and
-///   children get it ignored too. ``ignoredAtStart(_:)`` tells; ``Tool/run(_:arguments:_:)``
-///   takes the record before anything changes a disposition.
+///   (a blocked signal is queued even while ignored: ``notIgnoredAtStart(_:)``), and files being
+///   written do not handle it. Children keep only the terminal's SIGINT and SIGQUIT ignored
+///   (``keptIgnoredInChildren``): blserve sends its commands SIGHUP and SIGTERM itself, and
+///   SIGPIPE and SIGCHLD ignored would change how any program works. ``ignoredAtStart(_:)``
+///   tells; ``Tool/run(_:arguments:_:)`` takes the record before anything changes a disposition.
 public enum Signals {
     /// Process-wide, hence behind a mutex (signal masks are per thread, dispositions per process).
     private struct State: Sendable {
@@ -80,8 +82,20 @@ public enum Signals {
         }
     }
 
-    /// Signals reset to their default disposition in children by ``prepareSpawnAttributes(_:)``,
-    /// unless the process started with them ignored.
+    /// The signals that end a tool cleanly (exit 130): SIGINT, SIGTERM and SIGHUP.
+    public static let interruptSignals: [Int32] = [SIGINT, SIGTERM, SIGHUP]
+
+    /// Those of `signals` the process did not start with ignored: the ones to watch.
+    public static func notIgnoredAtStart(_ signals: [Int32]) -> [Int32] {
+        signals.filter { !ignoredAtStart($0) }
+    }
+
+    /// Signals a child keeps ignored when the process started with them ignored: those a
+    /// terminal sends to a whole job (every other one of ``resetInChildren`` is reset).
+    public static let keptIgnoredInChildren: [Int32] = [SIGINT, SIGQUIT]
+
+    /// Signals reset to their default disposition in children by ``prepareSpawnAttributes(_:)``
+    /// (except those of ``keptIgnoredInChildren`` the process started with ignored).
     public static let resetInChildren: [Int32] = [
         SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM, SIGWINCH,
     ]
@@ -114,7 +128,9 @@ public enum Signals {
         var mask = originalMask
         var defaults = sigset_t()
         sigemptyset(&defaults)
-        for s in resetInChildren where !ignoredAtStart(s) { sigaddset(&defaults, s) }
+        for s in resetInChildren where !(keptIgnoredInChildren.contains(s) && ignoredAtStart(s)) {
+            sigaddset(&defaults, s)
+        }
         var flags: Int16 = 0
         var rc = posix_spawnattr_getflags(&attributes, &flags)
         if rc == 0 { rc = posix_spawnattr_setsigmask(&attributes, &mask) }

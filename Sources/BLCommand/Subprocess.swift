@@ -95,6 +95,9 @@ public final class ChildProcesses {
     public init(loop: EventLoop) throws(Errno) {
         self.loop = loop
         Signals.ignoreSIGPIPE()
+        // Started with SIGCHLD ignored, the kernel would reap children itself and their exit
+        // statuses would be lost (waitpid: ECHILD).
+        if Signals.ignoredAtStart(SIGCHLD) { _ = signal(SIGCHLD, SIG_DFL) }
         signalToken = try loop.onSignal(SIGCHLD) { [weak self] _ in self?.reap() }
     }
 
@@ -401,7 +404,7 @@ final class SpawnPlan {
         // C library cannot close them in the child (ENOSYS), every descriptor above 2 of this
         // process is made close-on-exec instead (all it opens itself already is).
         var closing = cl_spawn_close_from(actions, 3)
-        if closing == ENOSYS { closing = cl_cloexec_from(3) == 0 ? 0 : errno }
+        if closing == ENOSYS { closing = cl_cloexec_from(3, true) == 0 ? 0 : errno }
         if closing != 0 { throw Errno(closing) }
 
         var rc = posix_spawnattr_setpgroup(attributes, 0)

@@ -133,25 +133,33 @@ public enum Tool {
         return arguments
     }
 
-    /// `raw` with each byte that is not part of valid UTF-8 written as \xHH.
+    /// `raw` for a one-line message: each byte that is not part of valid UTF-8, each control
+    /// character and the backslash written as \xHH, in one pass.
     static func escapingInvalidUTF8(_ raw: UnsafePointer<CChar>) -> String {
-        let bytes = Array(UnsafeRawBufferPointer(start: raw, count: strlen(raw)))
+        let bytes = UnsafeRawBufferPointer(start: raw, count: strlen(raw))
+        let hex = Array("0123456789abcdef")
+        func escape(_ byte: UInt8) -> String { "\\x" + String(hex[Int(byte >> 4)]) + String(hex[Int(byte & 15)]) }
         var text = ""
-        var start = 0
-        while start < bytes.count {
-            // The longest valid UTF-8 run from here, then one invalid byte.
-            var end = bytes.count
-            while end > start, String(validating: bytes[start..<end], as: UTF8.self) == nil { end -= 1 }
-            if end > start {
-                text += String(decoding: bytes[start..<end], as: UTF8.self)
-                start = end
-            } else {
-                let hex = Array("0123456789abcdef")
-                text += "\\x" + String(hex[Int(bytes[start] >> 4)]) + String(hex[Int(bytes[start] & 15)])
-                start += 1
+        var parser = Unicode.UTF8.ForwardParser()
+        var iterator = bytes.makeIterator()
+        var position = 0
+        while true {
+            switch parser.parseScalar(from: &iterator) {
+            case .valid(let encoded):
+                let scalar = Unicode.UTF8.decode(encoded)
+                if scalar.value < 0x20 || scalar.value == 0x7F || scalar == "\\" {
+                    text += escape(UInt8(scalar.value))
+                } else {
+                    text.unicodeScalars.append(scalar)
+                }
+                position += encoded.count
+            case .error(let length):
+                for byte in bytes[position..<position + length] { text += escape(byte) }
+                position += length
+            case .emptyInput:
+                return text
             }
         }
-        return text
     }
 
     static func printHelp(_ spec: CommandSpec) -> Never {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
+#include <dirent.h>
 
 #include "CLinux.h"
 
@@ -97,20 +98,28 @@ int cl_spawn_close_from(void *actions, int lowest) {
 #endif
 }
 
-int cl_cloexec_from(int lowest) {
+int cl_cloexec_from(int lowest, bool use_close_range) {
 #ifdef SYS_close_range
-    if (syscall(SYS_close_range, (unsigned)lowest, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) == 0)
+    if (use_close_range && syscall(SYS_close_range, (unsigned)lowest, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */) == 0)
         return 0;
-    if (errno != ENOSYS && errno != EINVAL)
-        return -1;
 #endif
-    // Before Linux 5.11: one descriptor at a time, as far as the limit goes.
-    long max = sysconf(_SC_OPEN_MAX);
-    for (int fd = lowest; fd < (max > 0 ? max : 1024); fd++) {
-        int flags = fcntl(fd, F_GETFD);
+    // Before Linux 5.11 (or where a sandbox refuses close_range): the descriptors that are open,
+    // from /proc.
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir)
+        return -1;
+    int own = dirfd(dir);
+    struct dirent *entry;
+    while ((entry = readdir(dir)) != NULL) {
+        char *end;
+        long fd = strtol(entry->d_name, &end, 10);
+        if (*end != '\0' || end == entry->d_name || fd < lowest || fd == own)
+            continue;
+        int flags = fcntl((int)fd, F_GETFD);
         if (flags >= 0 && !(flags & FD_CLOEXEC))
-            fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+            fcntl((int)fd, F_SETFD, flags | FD_CLOEXEC);
     }
+    closedir(dir);
     return 0;
 }
 

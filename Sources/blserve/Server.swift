@@ -189,7 +189,7 @@ final class Server {
     /// Registers and serves until SIGINT/SIGTERM (or, in stream mode, the end of COMMAND). One
     /// that blserve started with ignored (`nohup`, a background job) stays ignored.
     func run() throws(ToolError) {
-        for signal in [SIGINT, SIGTERM] where !Signals.ignoredAtStart(signal) {
+        for signal in Signals.notIgnoredAtStart([SIGINT, SIGTERM]) {
             do {
                 try loop.onSignal(signal) { [unowned self] info in
                     self.debug("\(ProcessStatus.signalName(info.signal) ?? "signal"): stopping")

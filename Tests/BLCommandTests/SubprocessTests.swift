@@ -135,14 +135,17 @@ final class SubprocessTests: XCTestCase {
     }
 
     /// The fallback where the C library cannot close descriptors in the child: every
-    /// descriptor from the one given up becomes close-on-exec.
+    /// descriptor from the one given up becomes close-on-exec, with close_range(2) and, as on
+    /// kernels before 5.11, through /proc/self/fd.
     func testDescriptorsCanAllBeMadeCloseOnExec() throws {
-        var fds: [Int32] = [-1, -1]
-        XCTAssertEqual(pipe(&fds), 0)  // without close-on-exec
-        defer { FileIO.close(fds[0]); FileIO.close(fds[1]) }
-        XCTAssertEqual(cl_cloexec_from(min(fds[0], fds[1])), 0)
-        for fd in fds {
-            XCTAssertNotEqual(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0, "descriptor \(fd)")
+        for useCloseRange in [true, false] {
+            var fds: [Int32] = [-1, -1]
+            XCTAssertEqual(pipe(&fds), 0)  // without close-on-exec
+            defer { FileIO.close(fds[0]); FileIO.close(fds[1]) }
+            XCTAssertEqual(cl_cloexec_from(min(fds[0], fds[1]), useCloseRange), 0)
+            for fd in fds {
+                XCTAssertNotEqual(fcntl(fd, F_GETFD) & FD_CLOEXEC, 0, "descriptor \(fd), close_range: \(useCloseRange)")
+            }
         }
     }
 

@@ -36,8 +36,8 @@ final class BlserveDocsTests: XCTestCase {
         }
         // zsh (Tests/docs/zsh-complete: a shell on a pseudo-terminal, TAB pressed). zsh offers
         // nothing for "blserve -- tr --", with `--` the first word; "-v --" shows the same case.
-        let process = try Spawned(root + "/Tests/docs/zsh-complete",
-                                  ["blserve -v --", "blserve -n pi tr --", "blserve -v -- tr --", "blserve -t 5 tr --"],
+        let process = try Spawned("/usr/bin/timeout", ["120", root + "/Tests/docs/zsh-complete",
+                                  "blserve -v --", "blserve -n pi tr --", "blserve -v -- tr --", "blserve -t 5 tr --"],
                                   cwd: root, stdin: .inherit, stderr: .stdout)
         let text = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
         XCTAssertEqual(process.wait(), 0, "zsh: \(text)")

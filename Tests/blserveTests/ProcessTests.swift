@@ -30,8 +30,8 @@ final class ProcessTests: XCTestCase {
     /// Starts blserve; its stderr is collected into `stderr`.
     /// Starts blserve with `args`; `ignoring` signals it starts with ignored (as `nohup` does).
     private func start(_ args: [String], busAddress: String, ignoring: [String] = []) throws -> (Subprocess, () -> String) {
-        let argv = ignoring.isEmpty ? [blserve] + args
-            : ["sh", "-c", "trap '' \(ignoring.joined(separator: " ")); exec \"$0\" \"$@\"", blserve] + args
+        // env, not sh's trap: a shell may not ignore SIGCHLD.
+        let argv = ignoring.isEmpty ? [blserve] + args : ["env", "--ignore-signal=" + ignoring.joined(separator: ","), blserve] + args
         let child = try children.spawn(argv, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)],
                                        stdin: .null, stdout: .null, stderr: .pipe)
         var text: [UInt8] = []
@@ -126,13 +126,15 @@ final class ProcessTests: XCTestCase {
     }
 
     /// Started with SIGINT ignored (a background job, `nohup`), blserve leaves it so: SIGINT does
-    /// not stop it, its handlers start with it ignored, and SIGTERM still stops it.
+    /// not stop it, its handlers start with it ignored, and SIGTERM still stops it. Started with
+    /// SIGHUP and SIGCHLD ignored too, it still learns how its handlers ended, and they start
+    /// with those at their defaults.
     func testSignalsIgnoredAtStartStayIgnored() throws {
         let bus = try BusFixture()
         self.bus = bus
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
-        let (child, stderr) = try start(["-v", "--", "sh", "-c", "cat >/dev/null; grep '^SigIgn' /proc/self/status"],
-                                        busAddress: bus.address, ignoring: ["INT"])
+        let (child, stderr) = try start(["-v", "--", "sh", "-c", "b=$(cat); [ \"$b\" = fail ] && exit 3; grep '^SigIgn' /proc/self/status"],
+                                        busAddress: bus.address, ignoring: ["INT", "HUP", "CHLD"])
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
         let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
         try bluez.watchNotifications(of: String(owner))
@@ -148,7 +150,11 @@ final class ProcessTests: XCTestCase {
         let mask = UInt64(text.split(separator: "\t").last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "", radix: 16)
         XCTAssertNotNil(mask, text)
         XCTAssertEqual((mask ?? 0) & (1 << (SIGINT - 1)), 1 << (SIGINT - 1), "the handler does not ignore SIGINT: \(text)")
-        XCTAssertEqual((mask ?? 0) & (1 << (SIGTERM - 1)), 0, "the handler ignores SIGTERM: \(text)")
+        for signo in [SIGTERM, SIGHUP, SIGCHLD, SIGPIPE] {
+            XCTAssertEqual((mask ?? 0) & (1 << (signo - 1)), 0, "the handler ignores signal \(signo): \(text)")
+        }
+        _ = bluez.write(Array("T0000004fail".utf8), from: a)
+        XCTAssertTrue(loop.run(until: { stderr().contains("T 4 bytes: failed (exit status 3)") }, timeout: 10), stderr())
 
         child.signal(SIGTERM)
         XCTAssertEqual(finish(child), .exited(0), stderr())

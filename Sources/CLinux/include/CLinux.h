@@ -46,10 +46,10 @@ int cl_spawn_on_thread(const char *path, int search_path, const void *actions, c
 // C library does not have it).
 int cl_spawn_close_from(void *actions, int lowest);
 
-// Makes every descriptor from `lowest` up close-on-exec (close_range(2) with CLOSE_RANGE_CLOEXEC,
-// else one fcntl per descriptor): where cl_spawn_close_from cannot be used. Returns 0, or -1
-// and errno.
-int cl_cloexec_from(int lowest);
+// Makes every descriptor from `lowest` up close-on-exec: where cl_spawn_close_from cannot be used.
+// close_range(2) with CLOSE_RANGE_CLOEXEC when `use_close_range` (Linux 5.11) and it works, else
+// one fcntl per descriptor listed in /proc/self/fd. Returns 0, or -1 and errno.
+int cl_cloexec_from(int lowest, bool use_close_range);
 
 // True when `signo` is ignored (SIG_IGN), as `nohup` or a shell leaves some signals for the
 // programs it starts; Swift cannot compare the handler sigaction(2) returns with SIG_IGN.
