@@ -86,9 +86,7 @@ public enum GattError {
     /// message of `org.bluez.Error.Failed` is the number.
     public static func application(_ code: UInt8) -> DBusError {
         precondition(code >= 0x80 && code <= 0x9F, "ATT application errors are 0x80-0x9F")
-        let digits: [Character] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"]
-        return DBusError(name: "org.bluez.Error.Failed",
-                         message: "0x" + String(digits[Int(code >> 4)]) + String(digits[Int(code & 0xF)]))
+        return DBusError(name: "org.bluez.Error.Failed", message: "0x" + hexDigits(code))
     }
 }
 

@@ -187,3 +187,8 @@ public struct JSONStringEscaper {
         flushRun(upTo: i)
     }
 }
+
+/// A byte as two lower-case hexadecimal digits ("0e"), for messages.
+public func hexDigits(_ byte: UInt8) -> String {
+    String(decoding: [JSONStringEscaper.hex[Int(byte >> 4)], JSONStringEscaper.hex[Int(byte & 0xF)]], as: UTF8.self)
+}

@@ -27,7 +27,7 @@ public final class PartialFile {
     public init(directory: String, prefix: String, keepHead headLimit: Int = 16) throws(ToolError) {
         self.directory = directory
         self.headLimit = headLimit
-        let base = directory == "/" ? "" : directory
+        let base = PartialFile.prefix(of: directory)
         var attempts = 0
         while true {
             PartialFile.counter += 1
@@ -74,7 +74,7 @@ public final class PartialFile {
             unlinkTemporary()
             throw ToolError(.ioError, "\(temporaryPath): \(error)")
         }
-        let base = directory == "/" ? "" : directory
+        let base = PartialFile.prefix(of: directory)
         var number = first
         while true {
             let path = "\(base)/\(name(number))"
@@ -90,6 +90,9 @@ public final class PartialFile {
             }
         }
     }
+
+    /// What goes before "/name" for a file in `directory` ("" for the root, not "/").
+    private static func prefix(of directory: String) -> String { directory == "/" ? "" : directory }
 
     /// False once the file system refused a rename that does not replace (NFS, some FUSE file
     /// systems): hard links do the same there. Tests set it to take that way.

@@ -137,8 +137,7 @@ public enum Tool {
     /// character and the backslash written as \xHH, in one pass.
     static func escapingInvalidUTF8(_ raw: UnsafePointer<CChar>) -> String {
         let bytes = UnsafeRawBufferPointer(start: raw, count: strlen(raw))
-        let hex = Array("0123456789abcdef")
-        func escape(_ byte: UInt8) -> String { "\\x" + String(hex[Int(byte >> 4)]) + String(hex[Int(byte & 15)]) }
+        func escape(_ byte: UInt8) -> String { "\\x" + hexDigits(byte) }
         var text = ""
         var parser = Unicode.UTF8.ForwardParser()
         var iterator = bytes.makeIterator()

@@ -19,9 +19,7 @@ final class Decoder {
     private var lastByte: UInt8 = 0
     private var image: ImageDirectory.Writer?
     private var escaper = JSONStringEscaper()
-    /// --json: a T or U frame's object is open (its text is being written).
-    private var jsonTextOpen = false
-    /// A T or U frame's text is being written (without --json).
+    /// A T or U frame's text is being written (with --json: its object is open).
     private var textOpen = false
 
     init(options: ParsedOptions) throws {
@@ -58,7 +56,7 @@ final class Decoder {
             let skipped = try decoder.finish()
             if skipped > 0 {
                 try flush()
-                Tool.warn("skipped \(skipped) \(skipped == 1 ? "byte" : "bytes") at the end that do not form a frame")
+                Tool.warn("skipped \(Decoder.bytes(skipped)) at the end that do not form a frame")
             }
         } catch {
             // Whatever went wrong (bad input, an image that cannot be saved, a read error), the
@@ -67,10 +65,13 @@ final class Decoder {
             image = nil
             // Every --json line stays one whole object: a text cut short says so. Without
             // --json a text cut short still ends its line, unless bodies are written raw.
-            if jsonTextOpen {
-                try? closeJSONText(truncated: true)
-            } else if textOpen && !raw && lastByte != 0x0A {
-                try? write("\n")
+            if textOpen {
+                textOpen = false
+                if json {
+                    try? closeJSONText(truncated: true)
+                } else if !raw && lastByte != 0x0A {
+                    try? write("\n")
+                }
             }
             try? out.flush()
             if let error = error as? FrameError { throw ToolError(.dataError, error.description) }
@@ -91,26 +92,24 @@ final class Decoder {
             try end()
         case .skipped(let count):
             try flush()  // what came before the noise is printed before the note about it
-            Tool.warn("skipped \(count) \(count == 1 ? "byte" : "bytes") before the frame at byte \(decoder.frameOffset)")
+            Tool.warn("skipped \(Decoder.bytes(count)) before the frame at byte \(decoder.frameOffset)")
         }
     }
 
     private func begin(_ header: FrameHeader) throws {
         switch header.code {
         case .text, .url:
+            textOpen = true
             if json {
                 try write("{\"code\":\"\(header.code)\",\"size\":\(header.size),\"text\":\"")
                 escaper = JSONStringEscaper()
-                jsonTextOpen = true
-            } else {
-                textOpen = true
             }
         case .image:
             if let images {
                 image = try images.begin()
             } else {
                 try flush()
-                Tool.warn("skipped an I frame of \(header.size) \(header.size == 1 ? "byte" : "bytes") at byte \(decoder.frameOffset) "
+                Tool.warn("skipped an I frame of \(Decoder.bytes(header.size)) at byte \(decoder.frameOffset) "
                           + "(use --images DIR to save it)")
             }
         case .notify:
@@ -143,11 +142,11 @@ final class Decoder {
     private func end() throws {
         switch header.code {
         case .text, .url:
+            textOpen = false
             if json {
                 try closeJSONText(truncated: false)
-            } else {
-                textOpen = false
-                if !raw && lastByte != 0x0A { try write("\n") }
+            } else if !raw && lastByte != 0x0A {
+                try write("\n")
             }
         case .image:
             let path = try image?.commit()
@@ -166,9 +165,11 @@ final class Decoder {
         }
     }
 
+    /// "1 byte", "2 bytes".
+    static func bytes(_ count: Int) -> String { count == 1 ? "1 byte" : "\(count) bytes" }
+
     /// Ends the open text object: `"}` or, for a frame the input cut short, `","truncated":true}`.
     private func closeJSONText(truncated: Bool) throws {
-        jsonTextOpen = false
         var failure: Errno?
         escaper.finish { run in
             do throws(Errno) { try out.write(run) } catch { failure = error }

@@ -1,4 +1,5 @@
 import BLBlueZ
+import BLCommand
 import BLDBus
 import BLFrame
 
@@ -155,16 +156,11 @@ struct FrameReassembler {
     static func refusal(for error: FrameError) -> WriteRefusal {
         switch error.kind {
         case .tooLarge(let size, let limit): return .tooLarge(size: size, limit: limit)
-        case .unknownCode(let byte): return .malformed("unknown code byte \(byteText(byte))")
-        case .badSizeDigit(let byte): return .malformed("non-digit \(byteText(byte)) in the size")
+        case .unknownCode(let byte): return .malformed("unknown code byte 0x\(hexDigits(byte))")
+        case .badSizeDigit(let byte): return .malformed("non-digit 0x\(hexDigits(byte)) in the size")
         case .notifyWithBody(let size): return .malformed("N frame with a body of \(size) bytes")
         case .truncatedHeader, .truncatedBody: return .malformed(error.description)
         }
-    }
-
-    static func byteText(_ byte: UInt8) -> String {
-        let digits: [Character] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "a", "b", "c", "d", "e", "f"]
-        return "0x" + String(digits[Int(byte >> 4)]) + String(digits[Int(byte & 0xF)])
     }
 }
 
