@@ -23,7 +23,14 @@ public struct RunResult {
 /// Runs a built tool with `input` on stdin and returns what it printed and its exit status.
 public func runTool(_ tool: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil,
                     environment: [String: String] = [:]) throws -> RunResult {
-    let process = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments,
+    try runProgram(productsDirectory.appendingPathComponent(tool).path, arguments, input: input, cwd: cwd, environment: environment)
+}
+
+/// Runs the program at `path` (a shell, say, that runs a tool in a set-up of its own) with
+/// `input` on stdin and returns what it printed and its exit status.
+public func runProgram(_ path: String, _ arguments: [String], input: Data = Data(), cwd: URL? = nil,
+                       environment: [String: String] = [:]) throws -> RunResult {
+    let process = try Spawned(path, arguments,
                               environment: environment.isEmpty ? nil : ProcessInfo.processInfo.environment.merging(environment) { $1 },
                               cwd: cwd?.path)
     // Feed stdin and drain both outputs concurrently so no pipe fills up.

@@ -71,12 +71,11 @@ final class BlframeDecodeTests: XCTestCase {
     func testFramesBeforeAnImageThatCannotBeSavedAreWritten() throws {
         let dir = try temporaryDirectory(self)
         let blframe = productsDirectory.appendingPathComponent("blframe").path
-        let process = try Spawned("/bin/bash", ["-c", "trap '' XFSZ; ulimit -f 0; exec \"$0\" -d -i \"$1\"", blframe, dir.path])
-        process.feed(data("T0000002hiI0000003abcT0000002no"))
-        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
-        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
-        XCTAssertEqual(process.wait(), 74, err)
-        XCTAssertEqual(out, "hi\n", "the frame before the image must be written, nothing after it")
+        let result = try runProgram("/bin/bash", ["-c", "trap '' XFSZ; ulimit -f 0; exec \"$0\" -d -i \"$1\"", blframe, dir.path],
+                                    input: data("T0000002hiI0000003abcT0000002no"))
+        let err = result.stderr
+        XCTAssertEqual(result.status, 74, err)
+        XCTAssertEqual(result.stdoutText, "hi\n", "the frame before the image must be written, nothing after it")
         XCTAssertTrue(err.hasPrefix("blframe: \(dir.path)/.blframe-") && err.hasSuffix("File too large\n"), err)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
     }
@@ -247,11 +246,10 @@ final class BlframeDecodeTests: XCTestCase {
     /// A note about skipped input comes after the output of the frames before it.
     func testNotesFollowTheOutputBeforeThem() throws {
         let blframe = productsDirectory.appendingPathComponent("blframe").path
-        let process = try Spawned("/bin/bash", ["-c", "exec \"$0\" -d --resync 2>&1", blframe])
-        process.feed(data("T0000002hiI0000001aT0000002yo~T0000002ok"))
-        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
-        XCTAssertEqual(process.wait(), 0)
-        XCTAssertEqual(out, "hi\nblframe: skipped an I frame of 1 byte at byte 10 (use --images DIR to save it)\n"
+        let result = try runProgram("/bin/bash", ["-c", "exec \"$0\" -d --resync 2>&1", blframe],
+                                    input: data("T0000002hiI0000001aT0000002yo~T0000002ok"))
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, "hi\nblframe: skipped an I frame of 1 byte at byte 10 (use --images DIR to save it)\n"
                        + "yo\nblframe: skipped 1 byte before the frame at byte 30\nok\n")
     }
 
@@ -265,15 +263,9 @@ final class BlframeDecodeTests: XCTestCase {
             // blframe's stderr is the test's to read; the feeding commands' is not.
             let index = feed.filter { $0 == "|" }.count + 1
             let script = "exec 3>&2 2>/dev/null; \(feed) | \"$0\" \(arguments) 2>&3 | head -c 1 >/dev/null; echo \"status=${PIPESTATUS[\(index)]}\""
-            let process = try Spawned("/bin/bash", ["-c", script, blframe], stdin: .inherit)
-            let group = DispatchGroup()
-            nonisolated(unsafe) var outData = Data(), errData = Data()
-            DispatchQueue.global().async(group: group) { outData = Spawned.readAll(process.stdout) }
-            DispatchQueue.global().async(group: group) { errData = Spawned.readAll(process.stderr) }
-            group.wait()
-            process.wait()
-            XCTAssertEqual(String(decoding: outData, as: UTF8.self), "status=0\n", "blframe \(arguments) after head closed the pipe")
-            XCTAssertEqual(String(decoding: errData, as: UTF8.self), "", "blframe \(arguments)")
+            let result = try runProgram("/bin/bash", ["-c", script, blframe])
+            XCTAssertEqual(result.stdoutText, "status=0\n", "blframe \(arguments) after head closed the pipe")
+            XCTAssertEqual(result.stderr, "", "blframe \(arguments)")
         }
     }
 }

@@ -97,12 +97,11 @@ final class BlframeEncodeTests: XCTestCase {
         let file = dir.appendingPathComponent("big")
         try Data(repeating: 0x41, count: 9_999_999 + 100).write(to: file)
         let blframe = productsDirectory.appendingPathComponent("blframe").path
-        let process = try Spawned("/bin/bash", ["-c", "{ dd bs=200 count=1 of=/dev/null status=none; exec \"$0\" -c I; } <\"$1\" | wc -c",
-                                                blframe, file.path])
-        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
-        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
-        XCTAssertEqual(process.wait(), 0, err)
-        XCTAssertEqual(out, "\(9_999_999 - 100 + 8)\n", err)
+        let result = try runProgram("/bin/bash", ["-c", "{ dd bs=200 count=1 of=/dev/null status=none; exec \"$0\" -c I; } <\"$1\" | wc -c",
+                                                  blframe, file.path])
+        let err = result.stderr
+        XCTAssertEqual(result.status, 0, err)
+        XCTAssertEqual(result.stdoutText, "\(9_999_999 - 100 + 8)\n", err)
     }
 
     func testOversizedLineKeepsEarlierFrames() throws {
@@ -129,9 +128,9 @@ final class BlframeEncodeTests: XCTestCase {
     func testArgumentsThatAreNotUTF8AreRefused() throws {
         let dir = try temporaryDirectory(self)
         let blframe = productsDirectory.appendingPathComponent("blframe").path
-        let process = try Spawned("/bin/bash", ["-c", "exec \"$0\" -d -i \"$1\"/$'\\xff'dir </dev/null", blframe, dir.path])
-        let err = String(decoding: Spawned.readAll(process.stderr), as: UTF8.self)
-        XCTAssertEqual(process.wait(), 64, err)
+        let result = try runProgram("/bin/bash", ["-c", "exec \"$0\" -d -i \"$1\"/$'\\xff'dir </dev/null", blframe, dir.path])
+        let err = result.stderr
+        XCTAssertEqual(result.status, 64, err)
         XCTAssertTrue(err.hasPrefix("blframe: argument 3 is not valid UTF-8 (\(dir.path)/\\xffdir)"), err)
         XCTAssertEqual(err.filter { $0 == "\n" }.count, 1, err)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "a directory was made")

@@ -195,13 +195,8 @@ final class ProcessTests: XCTestCase {
         XCTAssertTrue(bluez.advertisements.isEmpty, "the advertisement is still registered")
         // Gone, or a zombie waiting for whoever inherited it.
         if let pid = handlerPID {
-            func gone() -> Bool {
-                guard kill(pid, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                      let close = stat.lastIndex(of: ")") else { return true }
-                return stat[stat.index(close, offsetBy: 2)] == "Z"
-            }
-            XCTAssertTrue(loop.run(until: gone, timeout: 3), "the handler running at SIGTERM is still alive")
-            if !gone() { kill(pid, SIGKILL) }
+            XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 3), "the handler running at SIGTERM is still alive")
+            if isAlive(pid) { kill(pid, SIGKILL) }
         }
     }
 }

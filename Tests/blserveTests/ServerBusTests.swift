@@ -738,13 +738,6 @@ final class ServerBusTests: XCTestCase {
     }
 
     /// Whether `pid` is a live process (not gone, not a zombie).
-    private func isAlive(_ pid: pid_t) -> Bool {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return false }
-        let state = stat[stat.index(close, offsetBy: 2)]
-        return state != "Z" && state != "X"
-    }
-
     /// COMMAND ended, but something it started holds its stdout: stopping blserve ends that too
     /// (the server's terminateAll sees only the processes it has not reaped).
     private func checkStopEndsWhatAReapedCommandLeft(mode: String) throws {
@@ -779,7 +772,7 @@ final class ServerBusTests: XCTestCase {
     private func checkRawModeEndsWhatACommandLeft(holdingStdout: Bool) throws {
         let background = holdingStdout ? "sleep 300 &" : "sleep 300 >/dev/null 2>&1 &"
         let pid = try startRawCommandReportingPid("\(background) echo $!")
-        XCTAssertTrue(loop.run(until: { !self.isAlive(pid) }, timeout: 4),
+        XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 4),
                       "sleep \(pid), left by a COMMAND that ended, still runs (holding stdout: \(holdingStdout))")
         if isAlive(pid) { kill(pid, SIGKILL) }
         // The session is over: the next write starts a new COMMAND.

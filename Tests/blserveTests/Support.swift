@@ -13,3 +13,11 @@ extension XCTestCase {
         return path
     }
 }
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+func isAlive(_ pid: pid_t) -> Bool {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return false }
+    let state = stat[stat.index(close, offsetBy: 2)]
+    return state != "Z" && state != "X"
+}
