@@ -66,6 +66,10 @@ public struct DeviceInfo {
     public var uuids: [String] { properties["UUIDs"]?.stringArray ?? [] }
     public var connected: Bool { properties["Connected"]?.bool ?? false }
     public var servicesResolved: Bool { properties["ServicesResolved"]?.bool ?? false }
+    /// Known over BR/EDR (classic): a public address with a Class of Device, which only BR/EDR
+    /// carries (5.66 has no property naming the bearer of a link). A dual-mode device can also be
+    /// connected over LE.
+    public var knownOverBREDR: Bool { addressType == "public" && properties["Class"] != nil }
 
     /// Applies a PropertiesChanged.
     public mutating func update(changed: [String: DBusValue], invalidated: [String]) {
@@ -153,6 +157,7 @@ public final class BlueZClient {
             let deadline = MonotonicClock.seconds() + timeout
             while true {
                 if (try? property(chosen.path, BlueZ.adapterInterface, "Powered", what: "").bool) == true { break }
+                if loop.isStopping { throw ToolError.quiet(.interrupted) }
                 if MonotonicClock.seconds() > deadline {
                     throw ToolError(.unavailable, "\(chosen.name) did not power on within \(formatSeconds(timeout)) s")
                 }

@@ -139,8 +139,13 @@ public enum BlueZErrors {
             return .tempFail
         case "InProgress", "Busy":
             return .tempFail
+        case "NotPermitted" where error.message.hasSuffix(" acquired"):
+            // "Write acquired", "Notify acquired": another process holds the characteristic's socket.
+            return .unavailable
         case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AccessDenied":
             return .noPermission
+        case "Blocked":
+            return .unavailable
         case "InvalidArguments", "InvalidArgs", "InvalidLength", "InvalidValueLength", "InvalidOffset":
             return .dataError
         case "ServiceUnknown", "NameHasNoOwner", "ExecFailed", "ServiceNotFound", "ChildExited", "ChildSignaled", "UnknownObject", "DoesNotExist", "NotReady", "NotAvailable",
@@ -149,7 +154,8 @@ public enum BlueZErrors {
         default:
             // Failed "Not connected", "le-connection-abort-by-local", "Operation already in progress"…
             let text = error.message.lowercased()
-            if text.contains("not connected") || text.contains("abort") || text.contains("not available") {
+            // "Blocked through rfkill": the adapter cannot be powered on (airplane mode).
+            if text.contains("not connected") || text.contains("abort") || text.contains("not available") || text.contains("rfkill") {
                 return .unavailable
             }
             if text.contains("in progress") { return .tempFail }
@@ -163,6 +169,9 @@ public enum BlueZErrors {
         if error.name == DBusError.Name.serviceUnknown || error.name == DBusError.Name.nameHasNoOwner
             || error.name.hasPrefix("org.freedesktop.DBus.Error.Spawn.") {
             return ToolError(.unavailable, "\(what): bluetoothd is not running (no org.bluez on the system bus)")
+        }
+        if error.shortName == "NotPermitted" && error.message == "Write acquired" {
+            return ToolError(.unavailable, "\(what): another process holds its write socket (Write acquired)")
         }
         return ToolError(exitCode(for: error), "\(what): \(error.oneLine)")
     }

@@ -24,16 +24,41 @@ public enum Tool {
     /// Writes "name: message" and a newline to stderr. Never fails, and never waits on the
     /// reader once ``queueDiagnostics(on:)`` was called.
     public static func warn(_ message: String) {
-        writeStderr("\(name): \(message)\n")
+        // A progress line being redrawn ends first, so the message gets a line of its own.
+        // Control characters (a device's name can hold any) neither break the line nor reach
+        // the terminal.
+        writeStderr((lineOpen ? "\n" : "") + "\(name): \(printable(message))\n")
+    }
+
+    /// `text` with every control character (C0, DEL, C1) shown as "?", as `ls` shows them on a
+    /// terminal: safe to print, and on one line.
+    public static func printable(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isControl) else { return text }
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars { out.append(isControl(scalar) ? "?" : scalar) }
+        return String(out)
+    }
+
+    private static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
     }
 
     /// Writes `text` to stderr as it is (a progress line), through the loop's queue when there
     /// is one. Returns false when it was dropped because stderr is not being read.
     @discardableResult
     public static func writeStderr(_ text: String) -> Bool {
-        if let diagnostics { return diagnostics.write(text) }
-        return (try? FileIO.writeAll(2, text)) != nil
+        let written: Bool
+        if let diagnostics {
+            written = diagnostics.write(text)
+        } else {
+            written = (try? FileIO.writeAll(2, text)) != nil
+        }
+        if written, let last = text.utf8.last { lineOpen = last != UInt8(ascii: "\n") }
+        return written
     }
+
+    /// The last text written to stderr did not end its line (a progress line).
+    nonisolated(unsafe) private static var lineOpen = false
 
     /// True while diagnostics wait for stderr's reader: a progress update then is not worth
     /// queueing.

@@ -85,8 +85,10 @@ struct Scan {
             client.bus.flush()
         }
         // A device connected to this adapter is in range, but it may advertise no more, and
-        // bluetoothd reports no sighting of it then: it is listed at once.
-        for device in discovery.devices.values.sorted(by: { $0.path < $1.path }) where device.connected && matches(device) {
+        // bluetoothd reports no sighting of it then: it is listed at once. Not a headset or a
+        // keyboard connected over BR/EDR, though: this lists LE devices.
+        for device in discovery.devices.values.sorted(by: { $0.path < $1.path })
+        where device.connected && !device.knownOverBREDR && matches(device) {
             emit(device)
         }
         interrupted.onInterrupt = { done = true }
@@ -132,9 +134,10 @@ struct Scan {
             return object.json
         }
         let rssi = device.rssi.map(String.init) ?? "-"
-        // Tabs separate the fields, so a name never splits a line or a field.
-        let name = (device.name ?? "-").map { $0 == "\t" || $0 == "\n" || $0 == "\r" ? " " : $0 }
+        // Tabs separate the fields, so a name never splits a line or a field (tabs and line
+        // breaks become spaces), and its other control characters do not reach a terminal.
+        let name = Tool.printable(String((device.name ?? "-").map { $0 == "\t" || $0 == "\n" || $0 == "\r" || $0 == "\r\n" ? " " : $0 }))
         let uuids = device.uuids.isEmpty ? "-" : device.uuids.joined(separator: ",")
-        return "\(device.address)\t\(device.addressType)\t\(rssi)\t\(String(name))\t\(uuids)"
+        return "\(device.address)\t\(device.addressType)\t\(rssi)\t\(name)\t\(uuids)"
     }
 }

@@ -48,13 +48,33 @@ final class BlueZNamesTests: XCTestCase {
         XCTAssertFalse(DeviceSelector("AA:BB:CC:DD:EE:00").matches(device))
     }
 
+    func testKnownOverBREDR() {
+        func device(_ properties: [String: DBusValue]) -> DeviceInfo {
+            DeviceInfo(path: "/org/bluez/hci0/dev_00_11_22_33_44_55", properties: ["Address": .string("00:11:22:33:44:55")].merging(properties) { $1 })
+        }
+        // A headset: public address, class of device.
+        XCTAssertTrue(device(["AddressType": .string("public"), "Class": .uint32(0x240404)]).knownOverBREDR)
+        XCTAssertFalse(device(["AddressType": .string("public")]).knownOverBREDR)
+        XCTAssertFalse(device(["AddressType": .string("random"), "Class": .uint32(0x5a020c)]).knownOverBREDR)
+    }
+
     func testErrorMapping() {
         func code(_ name: String, _ message: String = "") -> ExitCode {
             BlueZErrors.exitCode(for: DBusError(name: name, message: message))
         }
         XCTAssertEqual(code("org.freedesktop.DBus.Error.NoReply"), .tempFail)
         XCTAssertEqual(code("org.bluez.Error.InProgress"), .tempFail)
-        XCTAssertEqual(code("org.bluez.Error.NotPermitted", "Notify acquired"), .noPermission)
+        // Another process holds the socket: unavailable, not a permission (77) to fix.
+        XCTAssertEqual(code("org.bluez.Error.NotPermitted", "Notify acquired"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.NotPermitted", "Write acquired"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.NotPermitted", "Read not permitted"), .noPermission)
+        XCTAssertEqual(code("org.bluez.Error.NotPermitted"), .noPermission)
+        // An adapter rfkill keeps off (airplane mode) cannot be powered on.
+        XCTAssertEqual(code("org.bluez.Error.Failed", "Blocked through rfkill"), .unavailable)
+        XCTAssertEqual(code("org.bluez.Error.Blocked"), .unavailable)
+        let held = BlueZErrors.toolError("writing to x", DBusError(name: "org.bluez.Error.NotPermitted", message: "Write acquired"))
+        XCTAssertEqual(held.code, .unavailable)
+        XCTAssertTrue(held.message.contains("another process holds its write socket"), held.message)
         XCTAssertEqual(code("org.bluez.Error.InvalidArguments", "Invalid Length"), .dataError)
         XCTAssertEqual(code("org.bluez.Error.NotReady"), .unavailable)
         XCTAssertEqual(code("org.freedesktop.DBus.Error.UnknownObject"), .unavailable)

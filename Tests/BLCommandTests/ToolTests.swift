@@ -27,6 +27,12 @@ final class ToolTests: XCTestCase {
         XCTAssertEqual((status >> 8) & 0xff, 0, "1: fd 0 not taken, 2: usable, 4: next open got 0-2")
     }
 
+    func testPrintableReplacesEveryControlCharacter() {
+        XCTAssertEqual(Tool.printable("plain é ✓"), "plain é ✓")
+        XCTAssertEqual(Tool.printable("a\nb\tc\u{1B}[2Jd\u{7F}e\u{85}f\u{9F}g\u{A0}h"), "a?b?c?[2Jd?e?f?g\u{A0}h")
+        XCTAssertEqual(Tool.printable("\r\n"), "??")
+    }
+
     /// One rule for a failed write to stdout: a reader that left ends the tool cleanly, a drain
     /// given up for a signal is a quiet 130, anything else is 74 with the error.
     func testStdoutErrorMapping() {

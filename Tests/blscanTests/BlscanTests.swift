@@ -1,5 +1,8 @@
 import XCTest
+import BLBlueZ
+import BLCommand
 import BLTestSupport
+@testable import blscan
 
 /// What blscan does without Bluetooth: options, documentation, and a missing bus. Scanning
 /// itself is tested on the VM bench (Tests/Integration).
@@ -15,6 +18,24 @@ final class BlscanTests: XCTestCase {
             XCTAssertTrue(result.stderr.hasPrefix("blscan: "), result.stderr)
             XCTAssertEqual(result.stderr.filter { $0 == "\n" }.count, 1, result.stderr)
         }
+    }
+
+    /// A name is whatever a nearby advertiser says: in text it neither splits the line or a
+    /// field nor sends control sequences to a terminal; JSON keeps it exact.
+    func testNamesWithControlCharacters() throws {
+        let name = "a\tb\r\nc\u{1B}]0;title\u{07}d\u{9B}2Je\u{7F}f\u{0}g é"
+        let device = DeviceInfo(path: "/org/bluez/hci0/dev_00_AA_01_00_00_01", properties: [
+            "Address": .string("00:AA:01:00:00:01"), "AddressType": .string("random"), "Name": .string(name),
+            "RSSI": .int16(-60), "UUIDs": .stringArray(["0000180d-0000-1000-8000-00805f9b34fb"]),
+        ])
+        let text = Scan().line(for: device)
+        XCTAssertEqual(text, "00:AA:01:00:00:01\trandom\t-60\ta b c?]0;title?d?2Je?f?g é\t0000180d-0000-1000-8000-00805f9b34fb")
+        XCTAssertEqual(text.split(separator: "\t", omittingEmptySubsequences: false).count, 5)
+        var scan = Scan()
+        scan.json = true
+        let json = scan.line(for: device)
+        XCTAssertTrue(json.contains("\"name\":" + JSON.quoted(name)), json)
+        XCTAssertFalse(json.contains("\u{1B}"), json)
     }
 
     func testNoBusIsUnavailable() throws {
