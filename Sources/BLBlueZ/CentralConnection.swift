@@ -67,8 +67,10 @@ public final class Peer {
 
     /// Finds a characteristic of a service, both given as 128-bit UUIDs. bluetoothd may report
     /// ServicesResolved before every object is listed (bluez/bluez#1489), so it looks again for
-    /// up to `timeout` seconds.
-    public func characteristic(service: String, uuid: String, timeout: Double = 3) throws(ToolError) -> RemoteCharacteristic {
+    /// up to `timeout` seconds. Where the device has several with that UUID, the first with one
+    /// of the flags in `preferring` is taken (else the first).
+    public func characteristic(service: String, uuid: String, preferring: [String] = [],
+                               timeout: Double = 3) throws(ToolError) -> RemoteCharacteristic {
         let deadline = MonotonicClock.seconds() + timeout
         var earlier = resolvedListing
         while true {
@@ -78,18 +80,22 @@ public final class Peer {
             let services = objects.paths(with: BlueZ.gattServiceInterface, under: path).filter {
                 objects.properties($0, BlueZ.gattServiceInterface)?["UUID"]?.string?.lowercased() == service
             }
+            var found: [(path: String, properties: [String: DBusValue])] = []
             for servicePath in services {
                 for charPath in objects.paths(with: BlueZ.gattCharacteristicInterface, under: servicePath) {
                     let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface)!
-                    if properties["UUID"]?.string?.lowercased() == uuid {
-                        Tool.note("characteristic \(uuid) at \(charPath), flags \(properties["Flags"]?.stringArray?.joined(separator: ",") ?? "?")")
-                        // The fence's descriptor is looked up in the same listing only when it
-                        // was made before the link's use began; a new one may predate a late
-                        // export (bluez/bluez#1489), so the fence then lists again.
-                        return RemoteCharacteristic(peer: self, path: charPath, properties: properties,
-                                                    listing: listedEarlier ? objects : nil)
-                    }
+                    if properties["UUID"]?.string?.lowercased() == uuid { found.append((charPath, properties)) }
                 }
+            }
+            let usable = found.first { ($0.properties["Flags"]?.stringArray ?? []).contains(where: preferring.contains) }
+            if let (charPath, properties) = usable ?? found.first {
+                if found.count > 1 { Tool.note("\(found.count) characteristics \(uuid) on \(device.address): taking \(charPath)") }
+                Tool.note("characteristic \(uuid) at \(charPath), flags \(properties["Flags"]?.stringArray?.joined(separator: ",") ?? "?")")
+                // The fence's descriptor is looked up in the same listing only when it
+                // was made before the link's use began; a new one may predate a late
+                // export (bluez/bluez#1489), so the fence then lists again.
+                return RemoteCharacteristic(peer: self, path: charPath, properties: properties,
+                                            listing: listedEarlier ? objects : nil)
             }
             if listedEarlier { continue }  // not in the earlier listing: look in a new one at once
             if MonotonicClock.seconds() >= deadline {
@@ -97,6 +103,83 @@ public final class Peer {
                 throw ToolError(.unavailable, "\(device.address) has no \(what)")
             }
             client.loop.sleep(0.2)
+        }
+    }
+}
+
+/// Watches a link in use for its end: the device disconnecting, bluetoothd leaving the bus (its
+/// objects then go without a signal), or one of the characteristics in use going away while the
+/// link stays up (the peer's GATT database changed: bluez-notes §3.9). Calls `onLoss` once.
+/// Cancelled by ``cancel()`` or when released.
+public final class LinkWatch {
+    public enum Loss: Equatable {
+        case disconnected
+        case bluetoothdStopped
+        /// The characteristic at this object path was removed.
+        case removed(String)
+    }
+
+    private let bus: DBusConnection
+    private var tokens: [SubscriptionToken] = []
+    private var onLoss: ((Loss) -> Void)?
+
+    init(peer: Peer, characteristics: [String], onLoss: @escaping (Loss) -> Void) throws(ToolError) {
+        bus = peer.client.bus
+        self.onLoss = onLoss
+        let device = peer.path
+        do {
+            tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, path: device,
+                                                             interface: BlueZ.deviceInterface) { [weak self] _, _, changed, _ in
+                if changed["Connected"]?.bool == false { self?.lost(.disconnected) }
+            })
+            tokens.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
+                if (new ?? "").isEmpty { self?.lost(.bluetoothdStopped) }
+            })
+            tokens.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] object, interfaces in
+                if device == object || device.hasPrefix(object + "/") {
+                    // The device itself (or its adapter) went.
+                    if object != device || interfaces.contains(BlueZ.deviceInterface) { self?.lost(.disconnected) }
+                    return
+                }
+                // A characteristic in use, or its service.
+                if let path = characteristics.first(where: { $0 == object || $0.hasPrefix(object + "/") }) {
+                    self?.lost(.removed(path))
+                }
+            })
+        } catch {
+            cancel()
+            throw BlueZErrors.toolError("watching \(peer.device.address)", error)
+        }
+    }
+
+    deinit { cancel() }
+
+    public func cancel() {
+        for token in tokens { bus.unsubscribe(token) }
+        tokens = []
+        onLoss = nil
+    }
+
+    private func lost(_ loss: Loss) {
+        guard let onLoss else { return }
+        cancel()
+        onLoss(loss)
+    }
+}
+
+extension Peer {
+    /// Calls `onLoss` when the link ends or one of `characteristics` (object paths) goes away;
+    /// see ``LinkWatch``. Keep the watch as long as it is wanted.
+    public func watch(characteristics: [String], onLoss: @escaping (LinkWatch.Loss) -> Void) throws(ToolError) -> LinkWatch {
+        try LinkWatch(peer: self, characteristics: characteristics, onLoss: onLoss)
+    }
+
+    /// A one-line reason for `loss`.
+    public func describe(_ loss: LinkWatch.Loss, uuid: String) -> String {
+        switch loss {
+        case .disconnected: return "\(device.address) disconnected"
+        case .bluetoothdStopped: return "bluetoothd stopped"
+        case .removed: return "characteristic \(uuid) of \(device.address) went away (its services changed)"
         }
     }
 }
@@ -114,83 +197,94 @@ extension BlueZClient {
         let deadline = MonotonicClock.seconds() + timeout
         let connectedNow = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) ?? false
         var made = false
-        if !connectedNow {
-            var attempt = 0
-            while true {
-                if loop.isStopping { throw ToolError.quiet(.interrupted) }
-                attempt += 1
-                let left = deadline - MonotonicClock.seconds()
-                do {
-                    _ = try bus.callAndWait(destination: BlueZ.service, path: device.path, interface: BlueZ.deviceInterface,
-                                            member: "Connect", timeout: max(1, left))
-                    made = true
-                    break
-                } catch {
+        var attempt = 0
+        // A link we made that fell while its services were being resolved is made again.
+        connecting: while true {
+            if !connectedNow || made {
+                made = false
+                while true {
+                    if loop.isStopping { throw ToolError.quiet(.interrupted) }
+                    attempt += 1
                     let left = deadline - MonotonicClock.seconds()
-                    if error.shortName == "AlreadyConnected" { break }
-                    if error.name == DBusError.Name.interrupted {
-                        // Our Connect goes on in bluetoothd: cancel it, or the link comes up
-                        // after we have gone and stays (bluez-notes §7).
-                        loop.clearStop()
-                        _ = try? call(device.path, BlueZ.deviceInterface, "Disconnect", timeout: 5, what: "cancelling the connection")
-                        throw ToolError.quiet(.interrupted)
-                    }
-                    if error.name == DBusError.Name.noReply || left <= 0 {
-                        if error.name == DBusError.Name.noReply {
-                            // Our Connect is still pending in bluetoothd: cancel it, or the link
-                            // may come up after we gave up and stay (bluez-notes §7).
+                    do {
+                        _ = try bus.callAndWait(destination: BlueZ.service, path: device.path, interface: BlueZ.deviceInterface,
+                                                member: "Connect", timeout: max(1, left))
+                        made = true
+                        break
+                    } catch {
+                        let left = deadline - MonotonicClock.seconds()
+                        if error.shortName == "AlreadyConnected" { break }
+                        if error.name == DBusError.Name.interrupted {
+                            // Our Connect goes on in bluetoothd: cancel it, or the link comes up
+                            // after we have gone and stays (bluez-notes §7).
+                            loop.clearStop()
                             _ = try? call(device.path, BlueZ.deviceInterface, "Disconnect", timeout: 5, what: "cancelling the connection")
+                            throw ToolError.quiet(.interrupted)
                         }
-                        throw ToolError(.tempFail, "could not connect to \(device.address) within \(formatSeconds(timeout)) s"
-                                        + " (\(attempt) attempt\(attempt == 1 ? "" : "s"); last: \(error.oneLine))")
-                    }
-                    if error.shortName == "UnknownObject", attempt > 1, let rediscover {
-                        // A device found by scanning is temporary: after a failed attempt
-                        // bluetoothd may remove it (bluez-notes §7). Find it again.
-                        Tool.note("\(device.address) was removed after a failed attempt; looking for it again")
-                        device = try rediscover(max(0.5, left))
-                        continue
-                    }
-                    guard BlueZClient.isTransientConnectError(error) else {
-                        throw BlueZErrors.toolError("connecting to \(device.address)", error)
-                    }
-                    if BlueZClient.isInProgress(error) {
-                        // Someone else (another tool, bluetoothd's auto-connect) is connecting:
-                        // use that link when it comes up, and leave it to its maker.
-                        let until = MonotonicClock.seconds() + min(5, max(0, left))
-                        var connected = false
-                        while !connected && !loop.isStopping && MonotonicClock.seconds() < until {
-                            loop.sleep(0.1)
-                            connected = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) == true
+                        if error.name == DBusError.Name.noReply || left <= 0 {
+                            if error.name == DBusError.Name.noReply {
+                                // Our Connect is still pending in bluetoothd: cancel it, or the link
+                                // may come up after we gave up and stay (bluez-notes §7).
+                                _ = try? call(device.path, BlueZ.deviceInterface, "Disconnect", timeout: 5, what: "cancelling the connection")
+                            }
+                            throw ToolError(.tempFail, "could not connect to \(device.address) within \(formatSeconds(timeout)) s"
+                                            + " (\(attempt) attempt\(attempt == 1 ? "" : "s"); last: \(error.oneLine))")
                         }
-                        if connected { break }
-                        continue
+                        if error.shortName == "UnknownObject", attempt > 1, let rediscover {
+                            // A device found by scanning is temporary: after a failed attempt
+                            // bluetoothd may remove it (bluez-notes §7). Find it again.
+                            Tool.note("\(device.address) was removed after a failed attempt; looking for it again")
+                            device = try rediscover(max(0.5, left))
+                            continue
+                        }
+                        guard BlueZClient.isTransientConnectError(error) else {
+                            throw BlueZErrors.toolError("connecting to \(device.address)", error)
+                        }
+                        if BlueZClient.isInProgress(error) {
+                            // Someone else (another tool, bluetoothd's auto-connect) is connecting:
+                            // use that link when it comes up, and leave it to its maker.
+                            let until = MonotonicClock.seconds() + min(5, max(0, left))
+                            var connected = false
+                            while !connected && !loop.isStopping && MonotonicClock.seconds() < until {
+                                loop.sleep(0.1)
+                                connected = (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) == true
+                            }
+                            if connected { break }
+                            continue
+                        }
+                        loop.sleep(min(0.5, max(0, left)))
                     }
-                    loop.sleep(min(0.5, max(0, left)))
                 }
             }
+            let peer = Peer(client: self, device: device, madeConnection: made, foundConnected: connectedNow)
+            let connectedAt = MonotonicClock.seconds()
+            while true {
+                if (try? property(device.path, BlueZ.deviceInterface, "ServicesResolved", what: "").bool) == true { break }
+                if loop.isStopping {
+                    // Interrupted: every wait now gives up at once. End the link we made first.
+                    loop.clearStop()
+                    peer.disconnect()
+                    throw ToolError.quiet(.interrupted)
+                }
+                if MonotonicClock.seconds() >= deadline {
+                    peer.disconnect()
+                    throw ToolError(.tempFail, "\(device.address): services not resolved within \(formatSeconds(timeout)) s")
+                }
+                if !peer.isConnected && MonotonicClock.seconds() > connectedAt + 1 {
+                    if made && MonotonicClock.seconds() < deadline - 1 {
+                        // The link fell (a supervision timeout, interference): try again while
+                        // there is time.
+                        Tool.note("\(device.address) disconnected while its services were being resolved; connecting again")
+                        continue connecting
+                    }
+                    // Also when the property could not be read: a link we made must not stay.
+                    peer.disconnect()
+                    throw ToolError(.unavailable, "\(device.address) disconnected while its services were being resolved")
+                }
+                loop.sleep(0.05)
+            }
+            return peer
         }
-        let peer = Peer(client: self, device: device, madeConnection: made, foundConnected: connectedNow)
-        while true {
-            if (try? property(device.path, BlueZ.deviceInterface, "ServicesResolved", what: "").bool) == true { break }
-            if loop.isStopping {
-                // Interrupted: every wait now gives up at once. End the link we made first.
-                loop.clearStop()
-                peer.disconnect()
-                throw ToolError.quiet(.interrupted)
-            }
-            if MonotonicClock.seconds() >= deadline {
-                peer.disconnect()
-                throw ToolError(.tempFail, "\(device.address): services not resolved within \(formatSeconds(timeout)) s")
-            }
-            if !peer.isConnected && MonotonicClock.seconds() > deadline - timeout + 1 {
-                // Also when the property could not be read: a link we made must not stay.
-                peer.disconnect()
-                throw ToolError(.unavailable, "\(device.address) disconnected while its services were being resolved")
-            }
-            loop.sleep(0.05)
-        }
-        return peer
     }
 
     static func isInProgress(_ error: DBusError) -> Bool {

@@ -42,18 +42,36 @@ public final class NotificationReceiver {
     public private(set) var replies = 0
     public private(set) var bytesReceived = 0
     /// Called once, when the receiver ends (count reached, EOM, silence, stdout closed, the device
-    /// disconnected, or an error).
+    /// disconnected, or an error); ``ending`` says which.
     public var onFinish: ((Result<Void, ToolError>) -> Void)?
 
+    /// Why the receiver ended.
+    public enum Ending: Equatable {
+        /// `count` replies came.
+        case count
+        /// The notification "EOM" came (with `eom`).
+        case endOfMessage
+        /// `silence` seconds without a notification.
+        case silence
+        /// Standard output's reader went away (or it failed).
+        case output
+        /// The device disconnected, or bluetoothd stopped.
+        case disconnected
+        /// Anything else: an error, or ``finish(_:)`` called from outside.
+        case other
+    }
+
+    /// Set when the receiver ends, before ``onFinish`` is called.
+    public private(set) var ending: Ending?
+
     private var loop: EventLoop { characteristic.peer.client.loop }
-    private var bus: DBusConnection { characteristic.peer.client.bus }
     private var socket: OwnedFD?
     private var socketWatch: WatchToken?
     private var valueToken: SubscriptionToken?
-    private var deviceToken: SubscriptionToken?
-    /// bluetoothd leaving the bus: its objects go without a signal, and a StartNotify
-    /// subscription would then wait for ever (an acquired socket is hung up instead).
-    private var ownerToken: SubscriptionToken?
+    /// The link's end, bluetoothd leaving the bus (its objects go without a signal, and a
+    /// StartNotify subscription would then wait for ever; an acquired socket is hung up
+    /// instead), or the characteristic going away while the link stays.
+    private var linkWatch: LinkWatch?
     private var pulling = false
     /// A pull waits for room in the output queue.
     private var pullWaiting = false
@@ -94,16 +112,10 @@ public final class NotificationReceiver {
 
     /// Subscribes. After this returns, every notification is delivered.
     public func start() throws(ToolError) {
-        do {
-            deviceToken = try bus.subscribePropertiesChanged(sender: BlueZ.service, path: characteristic.peer.path,
-                                                             interface: BlueZ.deviceInterface) { [weak self] _, _, changed, _ in
-                if changed["Connected"]?.bool == false { self?.deviceDisconnected() }
-            }
-            ownerToken = try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
-                if (new ?? "").isEmpty { self?.deviceDisconnected(because: "bluetoothd stopped") }
-            }
-        } catch {
-            throw BlueZErrors.toolError("watching \(characteristic.peer.device.address)", error)
+        let peer = characteristic.peer
+        linkWatch = try peer.watch(characteristics: [characteristic.path]) { [weak self] loss in
+            guard let self else { return }
+            self.deviceDisconnected(because: loss == .disconnected ? nil : peer.describe(loss, uuid: self.characteristic.uuid))
         }
         guard characteristic.has("notify") || characteristic.has("indicate") else {
             throw ToolError(.unavailable, "characteristic \(characteristic.uuid) does not notify (flags: \(characteristic.flags.joined(separator: ", ")))")
@@ -155,9 +167,9 @@ public final class NotificationReceiver {
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
                 if self.bytesReceived > 0 {
-                    self.finish(.success(()))
+                    self.end(.silence, .success(()))
                 } else {
-                    self.finish(.failure(ToolError(.tempFail, "no notification within \(formatSeconds(silence)) s")))
+                    self.end(.silence, .failure(ToolError(.tempFail, "no notification within \(formatSeconds(silence)) s")))
                 }
             } else {
                 self.scheduleSilenceCheck(after: silence - quiet)
@@ -173,10 +185,8 @@ public final class NotificationReceiver {
         socket = nil
         if let valueToken { characteristic.stopNotify(valueToken) }
         valueToken = nil
-        if let deviceToken { bus.unsubscribe(deviceToken) }
-        deviceToken = nil
-        if let ownerToken { bus.unsubscribe(ownerToken) }
-        ownerToken = nil
+        linkWatch?.cancel()
+        linkWatch = nil
         if let silenceTimer { loop.cancel(silenceTimer) }
         silenceTimer = nil
         out.close()
@@ -241,7 +251,7 @@ public final class NotificationReceiver {
             return
         }
         if options.eom && value == NotificationReceiver.endOfMessage {
-            finish(.success(()))
+            end(.endOfMessage, .success(()))
             return
         }
         let completed = write(value)
@@ -320,7 +330,7 @@ public final class NotificationReceiver {
 
     private func countReply(_ n: Int = 1) {
         replies += n
-        if let count = options.count, replies >= count { finish(.success(())) }
+        if let count = options.count, replies >= count { end(.count, .success(())) }
     }
 
     /// Writes `value` out; returns how many frames it completed (while the output is frames).
@@ -403,7 +413,7 @@ public final class NotificationReceiver {
 
     private func stdoutFailed(_ error: Errno) {
         // A reader that went away (| head) ends us cleanly.
-        finish(ToolError.stdout(error).map { .failure($0) } ?? .success(()))
+        end(.output, ToolError.stdout(error).map { .failure($0) } ?? .success(()))
     }
 
     private func deviceDisconnected(because reason: String? = nil) {
@@ -416,16 +426,21 @@ public final class NotificationReceiver {
         }
         let address = characteristic.peer.device.address
         if bytesReceived > 0 {
-            finish(.success(()))
+            end(.disconnected, .success(()))
         } else {
-            finish(.failure(ToolError(.unavailable, reason ?? "\(address) disconnected")))
+            end(.disconnected, .failure(ToolError(.unavailable, reason ?? "\(address) disconnected")))
         }
     }
 
     /// Ends the receiver and reports `result` (only the first call counts).
     public func finish(_ result: Result<Void, ToolError>) {
+        end(.other, result)
+    }
+
+    private func end(_ why: Ending, _ result: Result<Void, ToolError>) {
         guard !finished else { return }
         finished = true
+        ending = why
         // What was received is written, also notifications held back during a pull that did
         // not end, and those that came during its last read (StartNotify: a read's own echo
         // among them carries that read's value, whose answer will not be taken now) (a stdout

@@ -24,7 +24,8 @@ struct Receive {
             loop.clearStop()
             peer.disconnect()
         }
-        let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
+        let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic,
+                                                     preferring: readOnce ? ["read"] : ["notify", "indicate"])
         if readOnce {
             let value = try characteristic.read()
             do {

@@ -45,7 +45,10 @@ struct Send {
             loop.clearStop()
             peer.disconnect()
         }
-        let characteristic = try peer.characteristic(service: target.service, uuid: target.writeCharacteristic)
+        let characteristic = try peer.characteristic(
+            service: target.service, uuid: target.writeCharacteristic,
+            preferring: options.writeType == .request ? ["write"]
+                : options.writeType == .command ? ["write-without-response"] : ["write", "write-without-response"])
         let type = try writeType(for: characteristic)
 
         var receiver: NotificationReceiver?
@@ -53,15 +56,27 @@ struct Send {
         var writer: Writer?
         if let replyOptions = options.reply {
             let notifying = target.notifyCharacteristic == target.writeCharacteristic
-                ? characteristic : try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic)
+                && (characteristic.has("notify") || characteristic.has("indicate"))
+                ? characteristic : try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic,
+                                                           preferring: ["notify", "indicate"])
             let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
-            r.onFinish = { outcome in
+            r.onFinish = { [unowned r] outcome in
                 replyOutcome = outcome
-                // --count replies came in answer to what was written: standard input not read yet
-                // is left unread (what was read is still written), so that
-                // `cat | blsend --reply --count 1` ends with its reply. Notifications that came
-                // before anything was written answer nothing of ours: all of stdin still goes.
-                if case .success = outcome, let writer, writer.hasBegun { writer.endInput() }
+                guard case .success = outcome, let writer else { return }
+                switch r.ending {
+                case .count?, .output?:
+                    // --count replies came in answer to what was written, or the replies' reader
+                    // went away (`| head -1`): standard input not read yet is left unread (what
+                    // was read is still written), so that `cat | blsend --reply --count 1` ends
+                    // with its reply. Notifications that came before anything was written
+                    // answer nothing of ours: all of stdin still goes.
+                    if writer.hasBegun { writer.endInput() }
+                case .disconnected?:
+                    // Replies came, but what stdin still holds cannot go now.
+                    writer.deviceGone()
+                default:
+                    break
+                }
             }
             try r.start()
             receiver = r
@@ -78,7 +93,7 @@ struct Send {
             w.interrupt()
             receiver?.finish(.failure(ToolError.quiet(.interrupted)))
         }
-        w.start()
+        try w.start()
         _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
         if case .failure(let error) = sendOutcome ?? .failure(ToolError.quiet(.interrupted)) {
             // Replies already received still go out (finish writes what the output holds).
@@ -150,6 +165,8 @@ final class Writer {
     /// Bytes known to have left: acknowledged requests, or commands before an answered fence.
     private var confirmed = 0
     private var finished = false
+    /// Ends the writer as soon as the link goes, also while it waits for input.
+    private var linkWatch: LinkWatch?
     private let progress: Progress?
     private let started = MonotonicClock.seconds()
     private let startedCPU = ProcessCPUClock.seconds()
@@ -177,8 +194,13 @@ final class Writer {
         buffer.deallocate()
     }
 
-    func start() {
+    func start() throws(ToolError) {
         guard !finished else { return }  // an interrupt that came before ended it already
+        let peer = characteristic.peer
+        linkWatch = try peer.watch(characteristics: [characteristic.path]) { [weak self] loss in
+            guard let self else { return }
+            self.lost(peer.describe(loss, uuid: self.characteristic.uuid))
+        }
         stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
@@ -422,6 +444,15 @@ final class Writer {
         finish(.success(()))
     }
 
+    /// The link went (seen by whoever watches it): what is not written yet cannot go.
+    func deviceGone() {
+        lost("\(characteristic.peer.device.address) disconnected")
+    }
+
+    private func lost(_ reason: String) {
+        finish(.failure(ToolError(.unavailable, "\(reason) (\(confirmed) bytes confirmed)")))
+    }
+
     /// SIGINT or SIGTERM: stop, saying how much got through.
     func interrupt() {
         finish(.failure(ToolError(.interrupted, "interrupted (\(confirmed) bytes confirmed)")))
@@ -432,7 +463,10 @@ final class Writer {
         finished = true
         let elapsed = max(0.001, MonotonicClock.seconds() - started)
         let cpu = ProcessCPUClock.seconds() - startedCPU
+        progress?.end()
         Tool.note("\(written) bytes in \(Int(elapsed * 1000)) ms (\(Progress.size(Double(written) / elapsed))/s), CPU \(Int(cpu * 1000)) ms")
+        linkWatch?.cancel()
+        linkWatch = nil
         if let stallTimer { loop.cancel(stallTimer) }
         stallTimer = nil
         if let stdinWatch { loop.remove(stdinWatch) }
@@ -440,15 +474,16 @@ final class Writer {
         stdinWatch = nil
         socketWatch = nil
         socket?.close()
-        progress?.end()
         onFinish?(result)
     }
 }
 
-/// "sent 12.3 KiB, 4.5 KiB/s" on stderr, redrawn twice a second.
+/// "sent 12.3 KiB, 4.5 KiB/s" on stderr, redrawn at most twice a second, and only when more
+/// went out (a terminal the input is typed on is not drawn over while nothing is sent).
 final class Progress {
     private let loop: EventLoop
     private var bytes = 0
+    private var drawn = -1
     private let started = MonotonicClock.seconds()
     private var timer: TimerToken?
 
@@ -467,7 +502,8 @@ final class Progress {
 
     private func draw(final: Bool) {
         // An update behind one the terminal has not taken yet is already out of date.
-        if !final && Tool.stderrIsBehind { return }
+        if !final && (Tool.stderrIsBehind || bytes == drawn) { return }
+        drawn = bytes
         let elapsed = max(0.001, MonotonicClock.seconds() - started)
         let line = "\rsent \(Progress.size(Double(bytes))), \(Progress.size(Double(bytes) / elapsed))/s   " + (final ? "\n" : "")
         Tool.writeStderr(line)

@@ -41,7 +41,9 @@ Tool.run(spec) { options in
         throw UsageError("--write wants request or command, not '\(options.string("write")!)'")
     }
     send.eom = options.has("eom")
-    send.progress = options.has("progress") || FileIO.isTerminal(2)
+    // Replies written to the terminal the progress line is drawn on would be drawn over.
+    send.progress = options.has("progress")
+        || (FileIO.isTerminal(2) && !(options.has("reply") && FileIO.isTerminal(1)))
     if options.has("reply") {
         var receive = NotificationReceiver.Options()
         receive.count = try options.int("count", in: 1...Int.max)
