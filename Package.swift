@@ -43,7 +43,7 @@ let package = Package(
         .testTarget(name: "BLCommandTests", dependencies: ["BLCommand", "CLinux", "BLTestSupport"]),
         .testTarget(name: "blframeTests", dependencies: ["blframe", "BLFrame", "BLTestSupport"]),
         .testTarget(name: "BLDBusTests", dependencies: ["BLDBus", "CDBus", "CLinux", "BLCommand", "BLTestSupport"]),
-        .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),
+        .testTarget(name: "BLBlueZTests", dependencies: ["BLBlueZ", "BLDBus", "BLCommand", "BLTestSupport"]),
         .testTarget(name: "blscanTests", dependencies: ["blscan", "BLTestSupport"]),
         .testTarget(name: "blsendTests", dependencies: ["blsend", "BLTestSupport"]),
         .testTarget(name: "blrecvTests", dependencies: ["blrecv", "BLTestSupport"]),

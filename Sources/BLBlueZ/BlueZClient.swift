@@ -94,6 +94,12 @@ public final class BlueZClient {
         }
     }
 
+    /// Uses `bus` (a private bus in tests).
+    public init(loop: EventLoop, bus: DBusConnection) {
+        self.loop = loop
+        self.bus = bus
+    }
+
     /// Calls a method on a bluetoothd object and waits (the loop keeps running meanwhile).
     /// `what` names the operation in the error message.
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],

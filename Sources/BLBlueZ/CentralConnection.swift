@@ -120,11 +120,14 @@ public final class LinkWatch {
     }
 
     private let bus: DBusConnection
+    private let loop: EventLoop
     private var tokens: [SubscriptionToken] = []
     private var onLoss: ((Loss) -> Void)?
+    private var settling: TimerToken?
 
     init(peer: Peer, characteristics: [String], onLoss: @escaping (Loss) -> Void) throws(ToolError) {
         bus = peer.client.bus
+        loop = peer.client.loop
         self.onLoss = onLoss
         let device = peer.path
         do {
@@ -137,13 +140,16 @@ public final class LinkWatch {
             })
             tokens.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] object, interfaces in
                 if device == object || device.hasPrefix(object + "/") {
-                    // The device itself (or its adapter) went.
-                    if object != device || interfaces.contains(BlueZ.deviceInterface) { self?.lost(.disconnected) }
+                    // The device itself (or its adapter) went; not just another of its interfaces.
+                    if interfaces.contains(object == device ? BlueZ.deviceInterface : BlueZ.adapterInterface) {
+                        self?.lost(.disconnected)
+                    }
                     return
                 }
-                // A characteristic in use, or its service.
+                // A characteristic in use, or its service. bluetoothd also removes them as a link
+                // goes down, perhaps before it says so: what it was is settled a moment later.
                 if let path = characteristics.first(where: { $0 == object || $0.hasPrefix(object + "/") }) {
-                    self?.lost(.removed(path))
+                    self?.settle(peer, .removed(path))
                 }
             })
         } catch {
@@ -157,7 +163,19 @@ public final class LinkWatch {
     public func cancel() {
         for token in tokens { bus.unsubscribe(token) }
         tokens = []
+        if let settling { loop.cancel(settling) }
+        settling = nil
         onLoss = nil
+    }
+
+    /// `loss`, unless the link turns out to be down within half a second.
+    private func settle(_ peer: Peer, _ loss: Loss) {
+        guard settling == nil, onLoss != nil else { return }
+        settling = loop.schedule(after: 0.5) { [weak self, weak peer] in
+            guard let self else { return }
+            self.settling = nil
+            self.lost(peer?.isConnected == true ? loss : .disconnected)
+        }
     }
 
     private func lost(_ loss: Loss) {

@@ -63,6 +63,14 @@ wait_subscribed() {
     $PY "$LIB/wait_subscribed.py" "$@" || fail "no subscription to $3 on $2 from $1"
 }
 
+# hold_notify ADAPTER ADDRESS SERVICE CHAR: another client subscribed with StartNotify (see
+# notify_holder.py) in the background, waiting (at most 30 s) until it is.
+hold_notify() {
+    background $PY "$LIB/notify_holder.py" "$@" >"$WORK/holder.log" 2>&1
+    for _ in $(seq 300); do grep -q '^subscribed' "$WORK/holder.log" && return 0; sleep 0.1; done
+    fail "the StartNotify client did not subscribe: $(cat "$WORK/holder.log")"
+}
+
 # forget ADAPTER ADDRESS: make ADAPTER's bluetoothd forget a device (so it must be scanned).
 forget() {
     $PY - "$@" <<'PYEOF' || true
