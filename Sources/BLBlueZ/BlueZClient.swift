@@ -66,6 +66,16 @@ public struct DeviceInfo {
     public var uuids: [String] { properties["UUIDs"]?.stringArray ?? [] }
     public var connected: Bool { properties["Connected"]?.bool ?? false }
     public var servicesResolved: Bool { properties["ServicesResolved"]?.bool ?? false }
+    /// Known only by a private address that the device changes from time to time (a resolvable
+    /// or non-resolvable one: a random address whose two top bits are not 11, which a static one
+    /// has), and not paired (bluetoothd knows a paired device by its identity address). Phones
+    /// and many peripherals advertise so; the address bluetoothd remembers may be gone.
+    public var knownByPrivateAddress: Bool {
+        guard addressType == "random", properties["Paired"]?.bool != true,
+              let first = UInt8(address.prefix(2), radix: 16) else { return false }
+        return first & 0xC0 != 0xC0
+    }
+
     /// Known over BR/EDR (classic): a public address with a Class of Device, which only BR/EDR
     /// carries (5.66 has no property naming the bearer of a link). A dual-mode device can also be
     /// connected over LE.

@@ -109,6 +109,11 @@ public enum DeviceSelector: CustomStringConvertible, Sendable {
         }
     }
 
+    var isName: Bool {
+        if case .name = self { return true }
+        return false
+    }
+
     public func matches(_ device: DeviceInfo) -> Bool {
         switch self {
         case .address(let address): return device.address.uppercased() == address
@@ -129,18 +134,23 @@ extension BlueZClient {
     /// for up to `scanTimeout` seconds. Exit status 69 when nothing matched in time.
     ///
     /// A name several known devices answer to (one of them perhaps long gone) is settled by
-    /// scanning: the first of them heard advertising is taken, unless one is connected.
+    /// scanning: the first of them heard advertising is taken, unless one is connected. So is a
+    /// name whose one known device has a private address (``DeviceInfo/knownByPrivateAddress``):
+    /// the device may advertise under another by now.
     /// `listed`: bluetoothd's objects as just listed by the caller, saving a listing.
     public func findDevice(_ selector: DeviceSelector, on adapter: Adapter, scanTimeout: Double,
                            serviceUUIDs: [String] = [], listed: BlueZObjects? = nil) throws(ToolError) -> DeviceInfo {
         let known = try managedObjects(reusing: listed).devices(of: adapter).filter(selector.matches)
         // A connected device does not advertise, so prefer it; then the only known match.
         if let device = known.first(where: { $0.connected }) { return device }
-        if known.count == 1 { return known[0] }
+        let privateOnly = known.count == 1 && known[0].knownByPrivateAddress && selector.isName
+        if known.count == 1 && !privateOnly { return known[0] }
         let ambiguous = known.count > 1
         let addresses = known.map(\.address).joined(separator: ", ")
         if ambiguous {
             Tool.note("\(known.count) known devices are named \(selector) (\(addresses)): scanning for one that is there")
+        } else if privateOnly {
+            Tool.note("\(selector) is known by a private address (\(addresses)) it may no longer use: scanning for it")
         }
         let discovery = Discovery(client: self, adapter: adapter, filter: Discovery.Filter(uuids: serviceUUIDs))
         var found: DeviceInfo?
@@ -155,6 +165,10 @@ extension BlueZClient {
             if ambiguous {
                 throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(addresses)), "
                                 + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")
+            }
+            if privateOnly {
+                throw ToolError(.unavailable, "no device \(selector) heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s"
+                                + " (it was known by the private address \(addresses))")
             }
             throw ToolError(.unavailable, "no device \(selector) found on \(adapter.name) within \(formatSeconds(scanTimeout)) s")
         }

@@ -58,6 +58,19 @@ final class BlueZNamesTests: XCTestCase {
         XCTAssertFalse(device(["AddressType": .string("random"), "Class": .uint32(0x5a020c)]).knownOverBREDR)
     }
 
+    func testKnownByPrivateAddress() {
+        func device(_ address: String, _ type: String, paired: Bool = false) -> DeviceInfo {
+            DeviceInfo(path: "/org/bluez/hci0/dev_X", properties: [
+                "Address": .string(address), "AddressType": .string(type), "Paired": .bool(paired),
+            ])
+        }
+        XCTAssertTrue(device("5A:11:22:33:44:55", "random").knownByPrivateAddress)   // resolvable (01)
+        XCTAssertTrue(device("3A:11:22:33:44:55", "random").knownByPrivateAddress)   // non-resolvable (00)
+        XCTAssertFalse(device("C3:11:22:33:44:55", "random").knownByPrivateAddress)  // static (11)
+        XCTAssertFalse(device("5A:11:22:33:44:55", "public").knownByPrivateAddress)
+        XCTAssertFalse(device("5A:11:22:33:44:55", "random", paired: true).knownByPrivateAddress)
+    }
+
     func testErrorMapping() {
         func code(_ name: String, _ message: String = "") -> ExitCode {
             BlueZErrors.exitCode(for: DBusError(name: name, message: message))
