@@ -63,6 +63,8 @@ public final class NotificationReceiver {
 
     /// Set when the receiver ends, before ``onFinish`` is called.
     public private(set) var ending: Ending?
+    /// With ``Ending/disconnected``: what happened, in a few words ("ADDR disconnected").
+    public private(set) var disconnectReason: String?
 
     private var loop: EventLoop { characteristic.peer.client.loop }
     private var socket: OwnedFD?
@@ -424,11 +426,12 @@ public final class NotificationReceiver {
             _ = takeDatagrams(fd, untilQueueFull: false)
             if finished { return }
         }
-        let address = characteristic.peer.device.address
+        let why = reason ?? "\(characteristic.peer.device.address) disconnected"
+        disconnectReason = why
         if bytesReceived > 0 {
             end(.disconnected, .success(()))
         } else {
-            end(.disconnected, .failure(ToolError(.unavailable, reason ?? "\(address) disconnected")))
+            end(.disconnected, .failure(ToolError(.unavailable, why)))
         }
     }
 

@@ -73,7 +73,7 @@ struct Send {
                     if writer.hasBegun { writer.endInput() }
                 case .disconnected?:
                     // Replies came, but what stdin still holds cannot go now.
-                    writer.deviceGone()
+                    writer.linkLost(r.disconnectReason ?? "\(peer.device.address) disconnected")
                 default:
                     break
                 }
@@ -199,7 +199,7 @@ final class Writer {
         let peer = characteristic.peer
         linkWatch = try peer.watch(characteristics: [characteristic.path]) { [weak self] loss in
             guard let self else { return }
-            self.lost(peer.describe(loss, uuid: self.characteristic.uuid))
+            self.linkLost(peer.describe(loss, uuid: self.characteristic.uuid))
         }
         stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
@@ -444,12 +444,9 @@ final class Writer {
         finish(.success(()))
     }
 
-    /// The link went (seen by whoever watches it): what is not written yet cannot go.
-    func deviceGone() {
-        lost("\(characteristic.peer.device.address) disconnected")
-    }
-
-    private func lost(_ reason: String) {
+    /// The link went (`reason`; seen here or by whoever else watches it): what is not written
+    /// yet cannot go.
+    func linkLost(_ reason: String) {
         finish(.failure(ToolError(.unavailable, "\(reason) (\(confirmed) bytes confirmed)")))
     }
 
