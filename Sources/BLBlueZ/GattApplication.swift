@@ -107,8 +107,14 @@ public final class GattCharacteristic {
     public let flags: [String]
     /// True between `StartNotify` and `StopNotify`, or while bluetoothd holds a notification
     /// socket (bluetoothd calls them for the first and the last subscribed central only, and
-    /// without saying which central).
-    public var notifying: Bool { startNotified || !notifySockets.isEmpty }
+    /// without saying which central), or while a central is counted as subscribed without one
+    /// (see ``centralDisconnected(_:)``).
+    public var notifying: Bool { startNotified || !notifySockets.isEmpty || !withoutSocket.isEmpty }
+
+    /// Set by the server: whether a central (a device object path) is connected.
+    public var isCentralConnected: ((String) -> Bool)?
+    /// Diagnostics (-v).
+    public var log: ((String) -> Void)?
     /// Whether bluetoothd is offered sockets for this characteristic's notifications
     /// (`NotifyAcquired` exported, so it calls `AcquireNotify` instead of `StartNotify`).
     public let offersNotifySocket: Bool
@@ -132,6 +138,15 @@ public final class GattCharacteristic {
     /// By the device object path bluetoothd named in AcquireNotify ("" if none).
     private var notifySockets: [String: NotifySocket] = [:]
     private weak var notifySocketLoop: EventLoop?
+    /// Centrals still counted as subscribed after bluetoothd closed their socket while they
+    /// stayed connected: for a second (`pending`: a timer), or for good (nil) once another
+    /// central's disconnect showed the closing was BlueZ's mistake (``centralDisconnected(_:)``).
+    private var withoutSocket: [String: TimerToken?] = [:]
+    /// The last central that disconnected, and when.
+    private var lastDisconnect: (central: String, at: Double)?
+
+    /// How close (seconds) a socket's end and another central's disconnect must be to be one event.
+    static let disconnectWindow = 1.0
 
     init(uuid: String, path: String, servicePath: String, flags: [String], offersNotifySocket: Bool = false) {
         self.uuid = uuid
@@ -220,6 +235,7 @@ public final class GattCharacteristic {
         // way; it then closes only the second socket when the last central unsubscribes, and the
         // first stays open until that central subscribes again and this replaces it.)
         dropNotifySocket(central, announce: false)
+        forgetWithoutSocket(central)
         notifySockets[central] = ours
         notifySocketLoop = loop
         let raw = ours.fd.rawValue
@@ -244,7 +260,54 @@ public final class GattCharacteristic {
         if n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)) {
             if !events.contains(.hangup) && !events.contains(.error) { return }
         }
-        dropNotifySocket(central)
+        socketEnded(central)
+    }
+
+    /// bluetoothd closed `central`'s socket: that central unsubscribed or left, or (BlueZ 5.69
+    /// to at least 5.87, bluez/bluez#1452) another subscribed central disconnected and
+    /// bluetoothd closed the first subscriber's socket along with its own, keeping that
+    /// subscription (its CCC) and never asking again. A central still connected is therefore
+    /// counted as subscribed for ``disconnectWindow``, for good if another central disconnects
+    /// within it (it is notified by signal from then on), and dropped otherwise.
+    private func socketEnded(_ central: String) {
+        let was = notifying
+        dropNotifySocket(central, announce: false)
+        if isCentralConnected?(central) == true, let loop = notifySocketLoop {
+            if let last = lastDisconnect, last.central != central,
+               MonotonicClock.seconds() - last.at <= Self.disconnectWindow {
+                keepWithoutSocket(central, because: last.central)
+            } else {
+                withoutSocket[central] = loop.schedule(after: Self.disconnectWindow) { [weak self] in
+                    guard let self, self.withoutSocket[central] != nil else { return }
+                    let was = self.notifying
+                    self.withoutSocket[central] = nil
+                    if was && !self.notifying { self.onNotifyingChanged?(false) }
+                }
+            }
+        }
+        if was && !notifying { onNotifyingChanged?(false) }
+    }
+
+    private func keepWithoutSocket(_ central: String, because other: String) {
+        if let pending = withoutSocket[central], let pending { notifySocketLoop?.cancel(pending) }
+        withoutSocket[central] = .some(nil)
+        log?("\(central): bluetoothd closed its notification socket as \(other) disconnected (bluez/bluez#1452); notifying it by signal")
+    }
+
+    private func forgetWithoutSocket(_ central: String) {
+        if let pending = withoutSocket.removeValue(forKey: central), let pending { notifySocketLoop?.cancel(pending) }
+    }
+
+    /// Tells the characteristic that `central` disconnected (its subscription is gone, and a
+    /// socket of another central that bluetoothd closed just now was closed by mistake).
+    public func centralDisconnected(_ central: String) {
+        let was = notifying
+        lastDisconnect = (central, MonotonicClock.seconds())
+        forgetWithoutSocket(central)
+        for case let (other, _?) in withoutSocket {
+            keepWithoutSocket(other, because: central)
+        }
+        if was && !notifying { onNotifyingChanged?(false) }
     }
 
     private func dropNotifySocket(_ central: String, announce: Bool = true) {
@@ -256,6 +319,7 @@ public final class GattCharacteristic {
 
     private func dropNotifySockets() {
         for central in Array(notifySockets.keys) { dropNotifySocket(central, announce: false) }
+        for central in Array(withoutSocket.keys) { forgetWithoutSocket(central) }
     }
 
     /// Sends `value` as a notification (or indication) to every subscribed central: a

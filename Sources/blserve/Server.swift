@@ -97,13 +97,20 @@ final class Server {
                 self.mode.read(options, call)
             }
         }
+        for c in application.characteristics where c.offersNotifySocket {
+            c.isCentralConnected = { [unowned self] device in self.peripheral.connectedDevices.contains(device) }
+            c.log = { [unowned self] message in self.debug(message) }
+        }
         notifyCharacteristic.onNotifyingChanged = { [unowned self] on in
             self.debug("notifications \(on ? "on" : "off")")
             self.mode.notifyingChanged(on)
         }
         peripheral.onConnectionChange = { [unowned self] device, connected in
             self.debug("\(Self.centralName(device)) \(connected ? "connected" : "disconnected")")
-            if !connected { self.mtus[device] = nil }
+            if !connected {
+                self.mtus[device] = nil
+                for c in self.application.characteristics where c.offersNotifySocket { c.centralDisconnected(device) }
+            }
             self.mode.connectionChanged(device: device, connected: connected)
         }
         peripheral.onStateChange = { [unowned self] state in

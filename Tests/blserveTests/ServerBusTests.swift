@@ -821,6 +821,57 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(isAlive(pid), "a process started with setsid is not COMMAND's to end")
     }
 
+    /// BlueZ 5.69 to 5.87 (bluez/bluez#1452): as a subscribed central disconnects, bluetoothd
+    /// also closes the socket of another subscribed central, which stays subscribed and is never
+    /// asked for again. Whichever comes first, the sockets' end or the disconnect, the central
+    /// still connected keeps getting the stream (by signal); a socket that ends alone is an
+    /// unsubscription.
+    private func checkStreamSurvivesAnotherCentralLeaving(disconnectFirst: Bool) throws {
+        try start(["--mode", "stream", "sh", "-c", "while :; do echo x; sleep 0.05; done"])
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        try bluez.startNotify(device: a)
+        try bluez.startNotify(device: b)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        if disconnectFirst { try bluez.setConnected(b, false) }
+        try bluez.stopNotify(device: a)
+        try bluez.stopNotify(device: b)
+        if !disconnectFirst {
+            settle(0.3)
+            try bluez.setConnected(b, false)
+        }
+        settle(1.5)
+        XCTAssertTrue(server.notifyCharacteristic.notifying, "A, still connected and subscribed, was taken for unsubscribed")
+        bluez.clearNotifications()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5), "the stream stopped for A")
+        XCTAssertEqual(Set(bluez.notificationSources), ["signal"])
+        // A leaves too: nobody is subscribed.
+        try bluez.setConnected(a, false)
+        XCTAssertFalse(server.notifyCharacteristic.notifying)
+    }
+
+    func testStreamSurvivesBlueZClosingAnotherCentralsSocketOnADisconnect() throws {
+        try checkStreamSurvivesAnotherCentralLeaving(disconnectFirst: false)
+    }
+
+    func testStreamSurvivesBlueZClosingAnotherCentralsSocketAfterADisconnect() throws {
+        try checkStreamSurvivesAnotherCentralLeaving(disconnectFirst: true)
+    }
+
+    func testASocketEndingAloneIsAnUnsubscription() throws {
+        try start(["--mode", "stream", "sh", "-c", "while :; do echo x; sleep 0.05; done"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify(device: a)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        try bluez.stopNotify(device: a)
+        XCTAssertTrue(loop.run(until: { !self.server.notifyCharacteristic.notifying }, timeout: 3),
+                      "A unsubscribed (its socket ended, nobody disconnected) but is still counted")
+        settle(0.3)
+        bluez.clearNotifications()
+        settle(0.5)
+        XCTAssertEqual(bluez.notifications, [], "notified nobody")
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
