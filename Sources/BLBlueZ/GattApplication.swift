@@ -298,14 +298,18 @@ public final class GattCharacteristic {
         if let pending = withoutSocket.removeValue(forKey: central), let pending { notifySocketLoop?.cancel(pending) }
     }
 
-    /// Tells the characteristic that `central` disconnected (its subscription is gone, and a
-    /// socket of another central that bluetoothd closed just now was closed by mistake).
+    /// Tells the characteristic that `central` disconnected. Its subscription is gone, and if
+    /// it had one, a socket of another central that bluetoothd closed just now was closed by
+    /// mistake.
     public func centralDisconnected(_ central: String) {
         let was = notifying
-        lastDisconnect = (central, MonotonicClock.seconds())
+        let subscribed = notifySockets[central] != nil || withoutSocket[central] != nil
         forgetWithoutSocket(central)
-        for case let (other, _?) in withoutSocket {
-            keepWithoutSocket(other, because: central)
+        if subscribed {
+            lastDisconnect = (central, MonotonicClock.seconds())
+            for case let (other, _?) in withoutSocket {
+                keepWithoutSocket(other, because: central)
+            }
         }
         if was && !notifying { onNotifyingChanged?(false) }
     }
