@@ -9,13 +9,13 @@ import BLDBus
 /// set, bluetoothd signals RSSI on every report, which is how devices it already knew are seen
 /// again.
 public final class Discovery {
+    /// What bluetoothd is asked to filter by, besides LE. Not service UUIDs: bluetoothd 5.87
+    /// crashes on the first advertisement with a service UUID while a client's filter has
+    /// UUIDs (bluez/bluez#2282, fixed after 5.87), and callers check UUIDs themselves anyway.
     public struct Filter {
-        /// Service UUIDs (128-bit form); empty means any.
-        public var uuids: [String] = []
         /// RSSI threshold in dBm handed to the kernel, or nil.
         public var rssi: Int?
-        public init(uuids: [String] = [], rssi: Int? = nil) {
-            self.uuids = uuids
+        public init(rssi: Int? = nil) {
             self.rssi = rssi
         }
     }
@@ -29,6 +29,9 @@ public final class Discovery {
     public var onSighting: ((DeviceInfo) -> Void)?
     /// Called when bluetoothd forgets a device.
     public var onRemoved: ((String) -> Void)?
+    /// Called when bluetoothd leaves the bus (its objects go without a signal, and so does the
+    /// scan).
+    public var onBluetoothdGone: (() -> Void)?
 
     private var tokens: [SubscriptionToken] = []
     private var scanning = false
@@ -57,6 +60,11 @@ public final class Discovery {
                 guard let self, interfaces.contains(BlueZ.deviceInterface), self.devices.removeValue(forKey: path) != nil else { return }
                 self.onRemoved?(path)
             })
+            tokens.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
+                guard let self, (new ?? "").isEmpty else { return }
+                self.scanning = false
+                self.onBluetoothdGone?()
+            })
             tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
                                                              interface: BlueZ.deviceInterface) { [weak self] path, _, changed, invalidated in
                 guard let self, var info = self.devices[path] else { return }
@@ -73,7 +81,6 @@ public final class Discovery {
         for device in try client.managedObjects().devices(of: adapter) { devices[device.path] = device }
 
         var entries: [(String, DBusValue)] = [("Transport", .string("le")), ("DuplicateData", .bool(true))]
-        if !filter.uuids.isEmpty { entries.append(("UUIDs", .stringArray(filter.uuids))) }
         if let rssi = filter.rssi { entries.append(("RSSI", .int16(Int16(clamping: rssi)))) }
         _ = try client.call(adapter.path, BlueZ.adapterInterface, "SetDiscoveryFilter", [.stringDict(ordered: entries)],
                             timeout: 10, what: "setting the discovery filter on \(adapter.name)")
@@ -139,7 +146,7 @@ extension BlueZClient {
     /// the device may advertise under another by now.
     /// `listed`: bluetoothd's objects as just listed by the caller, saving a listing.
     public func findDevice(_ selector: DeviceSelector, on adapter: Adapter, scanTimeout: Double,
-                           serviceUUIDs: [String] = [], listed: BlueZObjects? = nil) throws(ToolError) -> DeviceInfo {
+                           listed: BlueZObjects? = nil) throws(ToolError) -> DeviceInfo {
         let known = try managedObjects(reusing: listed).devices(of: adapter).filter(selector.matches)
         // A connected device does not advertise, so prefer it; then the only known match.
         if let device = known.first(where: { $0.connected }) { return device }
@@ -152,16 +159,19 @@ extension BlueZClient {
         } else if privateOnly {
             Tool.note("\(selector) is known by a private address (\(addresses)) it may no longer use: scanning for it")
         }
-        let discovery = Discovery(client: self, adapter: adapter, filter: Discovery.Filter(uuids: serviceUUIDs))
+        let discovery = Discovery(client: self, adapter: adapter)
         var found: DeviceInfo?
+        var gone = false
         discovery.onSighting = { device in
             if found == nil && selector.matches(device) { found = device }
         }
+        discovery.onBluetoothdGone = { gone = true }
         try discovery.start()
         defer { discovery.stop() }
-        _ = loop.run(until: { found != nil }, timeout: scanTimeout)
+        _ = loop.run(until: { found != nil || gone }, timeout: scanTimeout)
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
+            if gone { throw ToolError(.unavailable, "bluetoothd stopped while scanning for \(selector)") }
             if ambiguous {
                 throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(addresses)), "
                                 + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")

@@ -25,10 +25,8 @@ struct Scan {
     private func scan(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {
         let loop = client.loop
         let adapter = try client.adapter(named: adapterName)
-        var filter = Discovery.Filter()
-        if let service { filter.uuids = [service] }
-        filter.rssi = rssiMin
-        let discovery = Discovery(client: client, adapter: adapter, filter: filter)
+        // --service is checked here only (see Discovery.Filter).
+        let discovery = Discovery(client: client, adapter: adapter, filter: Discovery.Filter(rssi: rssiMin))
         // Queued: a reader that stops reading does not stop the scan (nor D-Bus with it), and one
         // that has gone (`blscan | head -1`) ends it at once, not at the next device.
         let out = QueuedOutput(fd: 1, loop: loop)
@@ -65,6 +63,10 @@ struct Scan {
             if first { done = true }
         }
 
+        discovery.onBluetoothdGone = {
+            if failure == nil { failure = ToolError(.unavailable, "bluetoothd stopped") }
+            done = true
+        }
         discovery.onSighting = { device in
             guard !done, !printed.contains(device.path), self.matches(device) else { return }
             if device.name != nil || self.name != nil {
