@@ -46,7 +46,8 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # Runtime state of the bench inside the VM (a tmpfs there).
 BENCH_RUN=/run/blbench
-BLUETOOTHD=/usr/libexec/bluetooth/bluetoothd
+# BL_BENCH_BLUETOOTHD=PATH: another bluetoothd (e.g. a newer BlueZ built elsewhere).
+BLUETOOTHD=${BL_BENCH_BLUETOOTHD:-/usr/libexec/bluetooth/bluetoothd}
 SYSTEM_BUS=unix:path=/run/dbus/system_bus_socket
 
 # alive PID: true while PID runs (a zombie counts as gone).
@@ -110,6 +111,7 @@ start_bluetoothd() {
     mkdir -p "$BENCH_RUN"
     printf '=== blbench: bluetoothd starting at %s (uptime %s, %s) ===\n' \
         "$(date '+%H:%M:%S.%N' | cut -c1-12)" "$(cut -d' ' -f1 /proc/uptime)" "$level" >>"$log"
+    printf '=== blbench: %s version %s ===\n' "$BLUETOOTHD" "$("$BLUETOOTHD" --version 2>&1)" >>"$log"
     # setsid: its own session, so a test's timeout (which kills the test's process group)
     # never takes bluetoothd down with it. Not -E (see bluez-notes.md §9).
     setsid "$BLUETOOTHD" -n "${debug[@]}" -f "$BENCH_DIR/main.conf" </dev/null >>"$log" 2>&1 &

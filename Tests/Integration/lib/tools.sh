@@ -84,6 +84,31 @@ except dbus.DBusException:
 PYEOF
 }
 
+# link ADAPTER ADDRESS: "yes" when bluetoothd says ADAPTER is connected to ADDRESS, else "no".
+link() {
+    $PY - "$1" "$2" <<'PYEOF'
+import sys, dbus
+path = "/org/bluez/%s/dev_%s" % (sys.argv[1], sys.argv[2].replace(":", "_"))
+try:
+    props = dbus.Interface(dbus.SystemBus().get_object("org.bluez", path), "org.freedesktop.DBus.Properties")
+    print("yes" if props.Get("org.bluez.Device1", "Connected") else "no")
+except dbus.DBusException:
+    print("no")
+PYEOF
+}
+
+# disconnect ADAPTER ADDRESS: Device1.Disconnect (the link drops, whoever uses it; errors ignored).
+disconnect() {
+    $PY - "$1" "$2" <<'PYEOF' || true
+import sys, dbus
+path = "/org/bluez/%s/dev_%s" % (sys.argv[1], sys.argv[2].replace(":", "_"))
+try:
+    dbus.Interface(dbus.SystemBus().get_object("org.bluez", path), "org.bluez.Device1").Disconnect()
+except dbus.DBusException:
+    pass
+PYEOF
+}
+
 # power ADAPTER on|off
 power() {
     $PY - "$1" "$2" <<'PYEOF'
