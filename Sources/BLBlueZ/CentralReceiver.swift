@@ -55,16 +55,15 @@ public final class NotificationReceiver {
         case silence
         /// Standard output's reader went away (or it failed).
         case output
-        /// The device disconnected, or bluetoothd stopped.
-        case disconnected
+        /// The device disconnected, bluetoothd stopped, or the characteristic went away: what
+        /// happened, in a few words ("ADDR disconnected").
+        case disconnected(String)
         /// Anything else: an error, or ``finish(_:)`` called from outside.
         case other
     }
 
     /// Set when the receiver ends, before ``onFinish`` is called.
     public private(set) var ending: Ending?
-    /// With ``Ending/disconnected``: what happened, in a few words ("ADDR disconnected").
-    public private(set) var disconnectReason: String?
 
     private var loop: EventLoop { characteristic.peer.client.loop }
     private var socket: OwnedFD?
@@ -427,12 +426,7 @@ public final class NotificationReceiver {
             if finished { return }
         }
         let why = reason ?? "\(characteristic.peer.device.address) disconnected"
-        disconnectReason = why
-        if bytesReceived > 0 {
-            end(.disconnected, .success(()))
-        } else {
-            end(.disconnected, .failure(ToolError(.unavailable, why)))
-        }
+        end(.disconnected(why), bytesReceived > 0 ? .success(()) : .failure(ToolError(.unavailable, why)))
     }
 
     /// Ends the receiver and reports `result` (only the first call counts).

@@ -270,21 +270,25 @@ public final class GattCharacteristic {
     /// counted as subscribed for ``disconnectWindow``, for good if another central disconnects
     /// within it (it is notified by signal from then on), and dropped otherwise.
     private func socketEnded(_ central: String) {
-        let was = notifying
-        dropNotifySocket(central, announce: false)
-        if isCentralConnected?(central) == true, let loop = notifySocketLoop {
+        announcingAnEnd {
+            dropNotifySocket(central, announce: false)
+            guard isCentralConnected?(central) == true, let loop = notifySocketLoop else { return }
             if let last = lastDisconnect, last.central != central,
                MonotonicClock.seconds() - last.at <= Self.disconnectWindow {
                 keepWithoutSocket(central, because: last.central)
-            } else {
-                withoutSocket[central] = loop.schedule(after: Self.disconnectWindow) { [weak self] in
-                    guard let self, self.withoutSocket[central] != nil else { return }
-                    let was = self.notifying
-                    self.withoutSocket[central] = nil
-                    if was && !self.notifying { self.onNotifyingChanged?(false) }
-                }
+                return
+            }
+            withoutSocket[central] = loop.schedule(after: Self.disconnectWindow) { [weak self] in
+                guard let self, self.withoutSocket[central] != nil else { return }
+                self.announcingAnEnd { self.withoutSocket[central] = nil }
             }
         }
+    }
+
+    /// Runs `change`; if notifications were on before it and are off after, says so.
+    private func announcingAnEnd(_ change: () -> Void) {
+        let was = notifying
+        change()
         if was && !notifying { onNotifyingChanged?(false) }
     }
 
@@ -302,16 +306,15 @@ public final class GattCharacteristic {
     /// it had one, a socket of another central that bluetoothd closed just now was closed by
     /// mistake.
     public func centralDisconnected(_ central: String) {
-        let was = notifying
-        let subscribed = notifySockets[central] != nil || withoutSocket[central] != nil
-        forgetWithoutSocket(central)
-        if subscribed {
+        announcingAnEnd {
+            let subscribed = notifySockets[central] != nil || withoutSocket[central] != nil
+            forgetWithoutSocket(central)
+            guard subscribed else { return }
             lastDisconnect = (central, MonotonicClock.seconds())
             for case let (other, _?) in withoutSocket {
                 keepWithoutSocket(other, because: central)
             }
         }
-        if was && !notifying { onNotifyingChanged?(false) }
     }
 
     private func dropNotifySocket(_ central: String, announce: Bool = true) {

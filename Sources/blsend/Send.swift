@@ -71,9 +71,9 @@ struct Send {
                     // with its reply. Notifications that came before anything was written
                     // answer nothing of ours: all of stdin still goes.
                     if writer.hasBegun { writer.endInput() }
-                case .disconnected?:
+                case .disconnected(let reason)?:
                     // Replies came, but what stdin still holds cannot go now.
-                    writer.linkLost(r.disconnectReason ?? "\(peer.device.address) disconnected")
+                    writer.linkLost(reason)
                 default:
                     break
                 }
