@@ -122,6 +122,9 @@ public final class GattCharacteristic {
     public var onRead: ((GattRequestOptions, IncomingCall) -> Void)?
     public var onWrite: ((_ value: [UInt8], GattRequestOptions, IncomingCall) -> Void)?
     public var onNotifyingChanged: ((Bool) -> Void)?
+    /// Called when bluetoothd acquires a notification socket for a central, with the options of
+    /// that call (the central's `device` and `mtu`).
+    public var onNotifySocketAcquired: ((GattRequestOptions) -> Void)?
     /// Called when a notification socket can take more after ``sendThroughSocket(_:to:)``
     /// returned `.full`, or when one is gone.
     public var onNotifySocketWritable: (() -> Void)?
@@ -242,6 +245,7 @@ public final class GattCharacteristic {
         ours.watch = loop.watch(fd: raw, events: .readable) { [weak self] events in
             self?.notifySocketEvent(central, fd: raw, events)
         }
+        onNotifySocketAcquired?(options)
         if !was { onNotifyingChanged?(true) }
     }
 

@@ -10,8 +10,8 @@ import BLDBus
 ///
 /// Registrations live only as long as bluetoothd does (fact 8). The peripheral watches
 /// `NameOwnerChanged` for `org.bluez` and `InterfacesAdded`/`InterfacesRemoved` of its adapter,
-/// and registers again as soon as bluetoothd (or the adapter) is back, retrying every
-/// ``retryInterval`` seconds until it succeeds; an advertisement bluetoothd releases by itself
+/// and registers again as soon as bluetoothd (or the adapter) is back, retrying meanwhile at
+/// growing intervals (``retryInterval`` to ``longestRetryInterval``); an advertisement bluetoothd releases by itself
 /// is registered again the same way. It also follows `Device1.Connected` of the
 /// adapter's devices, so the server knows which centrals are connected.
 ///
@@ -64,13 +64,17 @@ public final class Peripheral {
     /// A device of the adapter connected (true) or disconnected (false).
     public var onConnectionChange: ((_ device: String, _ connected: Bool) -> Void)?
 
-    /// Seconds between registration attempts while waiting.
+    /// Seconds before the first registration attempt after a wait began; each attempt that
+    /// finds bluetoothd or the adapter still missing doubles it, up to ``longestRetryInterval``
+    /// (their return is signalled and starts an attempt at once: the retries are a backstop).
     public static let retryInterval = 0.25
+    public static let longestRetryInterval = 4.0
 
     private var running = false
     private var generation = 0
     private var attemptInFlight = false
     private var retryTimer: TimerToken?
+    private var nextRetry = Peripheral.retryInterval
     private var poweringRequested = false
     private var subscriptions: [SubscriptionToken] = []
     private var loop: EventLoop { bus.loop }
@@ -157,8 +161,11 @@ public final class Peripheral {
         onStateChange?(new)
     }
 
-    private func scheduleRetry(after seconds: Double = Peripheral.retryInterval) {
+    /// Attempts again after `seconds`, or after the waiting interval, which grows each time.
+    private func scheduleRetry(after seconds: Double? = nil) {
         guard running, retryTimer == nil else { return }
+        let seconds = seconds ?? nextRetry
+        if seconds == nextRetry { nextRetry = min(nextRetry * 2, Self.longestRetryInterval) }
         retryTimer = loop.schedule(after: seconds) { [weak self] in
             guard let self else { return }
             self.retryTimer = nil
@@ -256,6 +263,7 @@ public final class Peripheral {
 
     private func registered() {
         attemptInFlight = false
+        nextRetry = Self.retryInterval
         registrationCount += 1
         setState(.registered)
     }
@@ -297,6 +305,7 @@ public final class Peripheral {
         generation += 1
         attemptInFlight = false
         poweringRequested = false
+        nextRetry = Self.retryInterval
         application.resetSubscriptions()
         for device in connectedDevices.sorted() {
             connectedDevices.remove(device)

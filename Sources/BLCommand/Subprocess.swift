@@ -620,6 +620,27 @@ extension Subprocess {
     /// Looks `program` up the way `posix_spawnp` will: a name with a slash is taken as it is,
     /// otherwise each directory of `PATH` (default "/usr/local/bin:/usr/bin:/bin") is tried.
     /// Returns the path of an executable regular file, or nil.
+    /// Why ``findExecutable(_:)`` found nothing for `program`, as a shell would say it:
+    /// "command not found", or "permission denied" / "is a directory" for a file that is there.
+    public static func whyNotFound(_ program: String) -> String {
+        var candidates: [String] = []
+        if program.contains("/") {
+            candidates = [program]
+        } else if !program.isEmpty {
+            let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
+            candidates = path.split(separator: ":", omittingEmptySubsequences: false).map { (dir: Substring) -> String in
+                (dir.isEmpty ? "." : String(dir)) + "/" + program
+            }
+        }
+        for candidate in candidates {
+            var st = stat()
+            guard stat(candidate, &st) == 0 else { continue }
+            if (st.st_mode & S_IFMT) == S_IFDIR { return program.contains("/") ? "is a directory" : "command not found" }
+            return "permission denied"
+        }
+        return program.contains("/") ? "no such file" : "command not found"
+    }
+
     public static func findExecutable(_ program: String) -> String? {
         func isExecutableFile(_ path: String) -> Bool {
             var st = stat()

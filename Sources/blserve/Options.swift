@@ -145,6 +145,13 @@ struct ServeConfig: Equatable {
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
+        if mode == .frame, reply == .pull, chunk != nil {
+            // Pulled replies go out as read values, whose size the central's MTU sets.
+            throw UsageError("--chunk is for notifications: in frame mode it needs --reply push")
+        }
+        if mode == .stream, writeWithoutResponse {
+            throw UsageError("--write-without-response cannot be used with --mode stream: nothing is written to a stream")
+        }
         if mode == .stream, !allow.isEmpty {
             // bluetoothd does not say who subscribes (StartNotify has no device), and the stream
             // goes to every subscriber: --allow could not keep anyone out.
@@ -167,9 +174,9 @@ struct ServeConfig: Equatable {
 
     /// Bytes per notification: what the link allows (MTU-5, bluez-notes §3.7: a BlueZ central
     /// batches notifications and cuts each to MTU-5; at most 512), further capped by --chunk.
-    /// With the MTU unknown (no read or write from any subscriber yet), --chunk or 20.
+    /// With the MTU unknown, 20 (what any link carries), or a smaller --chunk.
     func notificationSize(mtu: Int?) -> Int {
-        guard let mtu else { return chunk ?? 20 }
+        guard let mtu else { return min(chunk ?? 20, 20) }
         let link = max(20, min(mtu - 5, 512))
         return min(chunk ?? link, link)
     }

@@ -100,6 +100,10 @@ final class Server {
         for c in application.characteristics where c.offersNotifySocket {
             c.isCentralConnected = { [unowned self] device in self.peripheral.connectedDevices.contains(device) }
             c.log = { [unowned self] message in self.debug(message) }
+            c.onNotifySocketAcquired = { [unowned self] options in
+                // A subscriber that has not read or written yet: its MTU comes with the socket.
+                if let device = options.device { self.mtus[device] = options.mtu }
+            }
         }
         notifyCharacteristic.onNotifyingChanged = { [unowned self] on in
             self.debug("notifications \(on ? "on" : "off")")
@@ -167,11 +171,24 @@ final class Server {
         notifyCharacteristic.notifying && peripheral.connectedDevices == [device]
     }
 
-    /// Bytes per notification towards `device` (nil: every subscriber, so the smallest MTU seen).
+    /// Bytes per notification towards `device`; nil: towards every subscriber. bluetoothd names
+    /// only the first subscriber (BlueZ 5.66 asks for one notification socket), so the value
+    /// must fit every connected central: the smallest of their MTUs, and the MTU-less size (20)
+    /// while any of them has not shown its MTU yet. A longer one would reach that central cut
+    /// short, and nothing would say so.
     func notificationSize(for device: String?) -> Int {
         if let device { return config.notificationSize(mtu: mtus[device]) }
-        return config.notificationSize(mtu: mtus.values.min())
+        var smallest: Int?
+        for central in peripheral.connectedDevices {
+            guard let mtu = mtus[central] else { return config.notificationSize(mtu: nil) }
+            smallest = min(smallest ?? mtu, mtu)
+        }
+        return config.notificationSize(mtu: smallest)
     }
+
+    /// The variables blserve sets for its commands (``environment(device:)``, frame mode's
+    /// BL_CODE and BL_SIZE).
+    static let environmentNames = ["BL_CODE", "BL_SIZE", "BL_DEVICE", "BL_ADAPTER", "BL_MTU"]
 
     /// The environment every COMMAND gets (plus the mode's own variables).
     func environment(device: String?) -> [(String, String)] {
@@ -193,10 +210,12 @@ final class Server {
 
     // MARK: - Running
 
-    /// Registers and serves until SIGINT/SIGTERM (or, in stream mode, the end of COMMAND). One
+    /// Registers and serves until SIGINT, SIGTERM or SIGHUP (or, in stream mode, the end of COMMAND). One
     /// that blserve started with ignored (`nohup`, a background job) stays ignored.
     func run() throws(ToolError) {
-        for signal in Signals.notIgnoredAtStart([SIGINT, SIGTERM]) {
+        // SIGHUP too: a closed terminal must not leave the commands (in process groups of
+        // their own, so the hangup does not reach them) running unsupervised.
+        for signal in Signals.notIgnoredAtStart(Signals.interruptSignals) {
             do {
                 try loop.onSignal(signal) { [unowned self] info in
                     self.debug("\(ProcessStatus.signalName(info.signal) ?? "signal"): stopping")
@@ -256,9 +275,12 @@ extension Server {
     /// blserve's whole life: check the command, connect, pick the adapter, serve.
     static func main(_ config: ServeConfig) throws(ToolError) {
         Signals.ignoreSIGPIPE()
+        // What the commands find in these comes from blserve only (a value inherited from its
+        // own environment would pass for a request's, e.g. BL_CODE with --prestart).
+        for name in Server.environmentNames { unsetenv(name) }
         let handler = HandlerCommand(config.command)
         guard handler.resolvedPath != nil else {
-            throw ToolError(.unavailable, "\(handler.name): command not found")
+            throw ToolError(.unavailable, "\(handler.name): \(Subprocess.whyNotFound(handler.name))")
         }
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)

@@ -305,6 +305,10 @@ final class SubprocessTests: XCTestCase {
         XCTAssertNil(Subprocess.findExecutable("/etc/passwd"))  // not executable
         XCTAssertNil(Subprocess.findExecutable("no-such-program-blpipe"))
         XCTAssertNil(Subprocess.findExecutable(""))
+        XCTAssertEqual(Subprocess.whyNotFound("/etc/passwd"), "permission denied")
+        XCTAssertEqual(Subprocess.whyNotFound("/tmp"), "is a directory")
+        XCTAssertEqual(Subprocess.whyNotFound("/no/such/program-blpipe"), "no such file")
+        XCTAssertEqual(Subprocess.whyNotFound("no-such-program-blpipe"), "command not found")
     }
 
     func testStatusDecoding() {

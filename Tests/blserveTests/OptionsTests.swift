@@ -89,6 +89,11 @@ final class OptionsTests: XCTestCase {
         XCTAssertTrue(usageError(["--max-held", "0", "cat"]).contains("--max-held"))
         XCTAssertTrue(try config(["--prestart", "cat"]).prestart)
         XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
+        // Options a mode would not use are refused, not ignored.
+        XCTAssertTrue(usageError(["--chunk", "20", "cat"]).contains("--reply push"))
+        XCTAssertNoThrow(try config(["--mode", "raw", "--chunk", "20", "cat"]))
+        XCTAssertTrue(usageError(["--mode", "stream", "--write-without-response", "cat"]).contains("--write-without-response"))
+        XCTAssertNoThrow(try config(["--mode", "raw", "--write-without-response", "cat"]))
         XCTAssertTrue(usageError(["--mode", "stream", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]).contains("--allow"))
         XCTAssertNoThrow(try config(["--mode", "raw", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]))
         XCTAssertTrue(usageError(["--name", "", "cat"]).contains("--name"))
@@ -104,7 +109,10 @@ final class OptionsTests: XCTestCase {
         let chunked = try config(["--mode", "stream", "--chunk", "20", "cat"])
         XCTAssertEqual(chunked.notificationSize(mtu: 517), 20)
         XCTAssertEqual(chunked.notificationSize(mtu: nil), 20)
-        XCTAssertEqual(try config(["--chunk", "100", "cat"]).notificationSize(mtu: 50), 45)
+        // With no MTU known, a --chunk larger than any link carries is not used.
+        XCTAssertEqual(try config(["--mode", "stream", "--chunk", "244", "cat"]).notificationSize(mtu: nil), 20)
+        XCTAssertEqual(try config(["--mode", "stream", "--chunk", "10", "cat"]).notificationSize(mtu: nil), 10)
+        XCTAssertEqual(try config(["--reply", "push", "--chunk", "100", "cat"]).notificationSize(mtu: 50), 45)
     }
 
     func testAdvertisedNameFitsTheScanResponse() {

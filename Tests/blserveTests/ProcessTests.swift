@@ -29,10 +29,11 @@ final class ProcessTests: XCTestCase {
 
     /// Starts blserve; its stderr is collected into `stderr`.
     /// Starts blserve with `args`; `ignoring` signals it starts with ignored (as `nohup` does).
-    private func start(_ args: [String], busAddress: String, ignoring: [String] = []) throws -> (Subprocess, () -> String) {
+    private func start(_ args: [String], busAddress: String, ignoring: [String] = [],
+                       environment: [(String, String)] = []) throws -> (Subprocess, () -> String) {
         // env, not sh's trap: a shell may not ignore SIGCHLD.
         let argv = ignoring.isEmpty ? [blserve] + args : ["env", "--ignore-signal=" + ignoring.joined(separator: ","), blserve] + args
-        let child = try children.spawn(argv, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)],
+        let child = try children.spawn(argv, environment: [("DBUS_SYSTEM_BUS_ADDRESS", busAddress)] + environment,
                                        stdin: .null, stdout: .null, stderr: .pipe)
         var text: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -62,6 +63,10 @@ final class ProcessTests: XCTestCase {
         (child, stderr) = try start(["no-such-handler-blpipe"], busAddress: noBus)
         XCTAssertEqual(finish(child), .exited(69))
         XCTAssertEqual(stderr(), "blserve: no-such-handler-blpipe: command not found\n")
+
+        (child, stderr) = try start(["/etc/passwd"], busAddress: noBus)
+        XCTAssertEqual(finish(child), .exited(69))
+        XCTAssertEqual(stderr(), "blserve: /etc/passwd: permission denied\n")
 
         (child, stderr) = try start(["cat"], busAddress: noBus)
         XCTAssertEqual(finish(child), .exited(69))
@@ -158,6 +163,45 @@ final class ProcessTests: XCTestCase {
 
         child.signal(SIGTERM)
         XCTAssertEqual(finish(child), .exited(0), stderr())
+    }
+
+    /// BL_* variables in blserve's own environment never reach a command as if blserve had set
+    /// them (--prestart sets no BL_CODE), and SIGHUP (a closed terminal) ends blserve and the
+    /// command running then, which sits in a process group of its own.
+    func testInheritedBLVariablesStayOutAndSIGHUPEndsTheCommands() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        let pidFile = try scratchDirectory() + "/slow.pid"
+        let script = "b=$(cat); [ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60; env | grep '^BL_' | sort"
+        let (child, stderr) = try start(["-v", "--prestart", "--", "sh", "-c", script], busAddress: bus.address,
+                                        environment: [("BL_CODE", "INHERITED"), ("BL_SIZE", "999"), ("BL_DEVICE", "nobody"), ("BL_MTU", "1")])
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
+        try bluez.watchNotifications(of: String(owner))
+
+        let a = FakeBluetoothd.device(1)
+        for _ in 0..<2 {  // the first run starts with the request, the second ahead of it
+            _ = bluez.write(Array("T0000002hi".utf8), from: a, mtu: 185)
+            var reply: [UInt8] = []
+            XCTAssertTrue(loop.run(until: { reply += bluez.readAll(from: a); return reply.count > 8 && reply.last == 0x0A }, timeout: 10))
+            XCTAssertEqual(String(decoding: reply.dropFirst(8), as: UTF8.self),
+                           "BL_ADAPTER=hci0\nBL_DEVICE=00:00:00:00:00:01\nBL_MTU=185\n")
+        }
+
+        _ = bluez.write(Array("T0000004slow".utf8), from: a)
+        var handlerPID: pid_t?
+        XCTAssertTrue(loop.run(until: {
+            handlerPID = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            return handlerPID != nil
+        }, timeout: 10), "the slow handler did not start")
+        child.signal(SIGHUP)
+        XCTAssertEqual(finish(child), .exited(0), stderr())
+        XCTAssertTrue(bluez.applications.isEmpty, "the application is still registered")
+        if let pid = handlerPID {
+            XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 3), "the handler running at SIGHUP is still alive")
+            if isAlive(pid) { kill(pid, SIGKILL) }
+        }
     }
 
     func testWholeLifeRegistersAnswersAndUnregistersOnSIGTERM() throws {

@@ -151,6 +151,18 @@ final class ServerBusTests: XCTestCase {
         XCTAssertNotNil(bluez.advertisements[connection.uniqueName + "/org/blpipe/blserve_advertisement"])
     }
 
+    /// While the adapter is away blserve asks bluetoothd less and less often (a dongle may stay
+    /// unplugged for hours), yet registers at once when the adapter's return is signalled.
+    func testRegistersAtOnceWhenTheAdapterReturnsAfterALongAbsence() throws {
+        try start(["cat"])
+        try bluez.removeAdapter()
+        settle(6)  // the retries are 4 s apart by now
+        let back = MonotonicClock.seconds()
+        try bluez.addAdapter()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.registrationCount == 2 }, timeout: 5), "\(server.peripheral.state)")
+        XCTAssertLessThan(MonotonicClock.seconds() - back, 1, "registered by a retry, not by the adapter's return")
+    }
+
     func testOnlyBluetoothdMayCall() throws {
         try start(["cat"])
         let other = try DBusConnection(address: bus.address, loop: loop)
@@ -890,6 +902,42 @@ final class ServerBusTests: XCTestCase {
         _ = loop.run(until: { self.server.stopping }, timeout: 5)
         XCTAssertTrue(server.stopping, "blserve did not end after the stream")
     }
+    /// Stream mode sizes its notifications for every connected central: a subscriber known
+    /// only from AcquireNotify gets what its MTU allows, and a second central whose MTU is
+    /// smaller (or not known: BlueZ 5.66 names only the first subscriber) brings the size
+    /// down, since bluetoothd would cut a longer value short for it without a word.
+    func testStreamModeSizesNotificationsForEveryConnectedCentral() throws {
+        let text = String(repeating: "0123456789", count: 30)
+        let script = "while :; do printf %s \(text); sleep 0.2; done"
+        try start(["--mode", "stream", "sh", "-c", script])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify(device: a, mtu: 517)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications.first?.count, 300, "the subscriber's MTU (517) allows 300 bytes at once")
+
+        // A second central connects: its MTU is not known, so 20 until it shows one.
+        try bluez.setConnected(b, true)
+        settle(0.5)
+        bluez.clearNotifications()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 20 }, timeout: 5))
+        XCTAssertEqual(Set(bluez.notifications.map(\.count)), [20], "a connected central of unknown MTU")
+
+        // It reads with an MTU of 100: 95 bytes at most; a larger MTU elsewhere does not count.
+        _ = bluez.read(from: b, mtu: 100)
+        _ = bluez.read(from: a, mtu: 517)
+        settle(0.5)
+        bluez.clearNotifications()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 8 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications.map(\.count).max(), 95)
+
+        // Once it has gone, the subscriber's own MTU sets the size again.
+        try bluez.setConnected(b, false)
+        settle(0.5)
+        bluez.clearNotifications()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications.first?.count, 300)
+    }
+
     // MARK: - Disconnects and push fallback
 
     func testACommandRunningForACentralThatLeftIsKilled() throws {
