@@ -9,7 +9,7 @@ _blserve() {
             --)
                 if ((i == COMP_CWORD - 1)); then COMPREPLY=($(compgen -c -- "$cur")); else COMPREPLY=($(compgen -f -- "$cur")); fi
                 return ;;
-            -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--allow)
+            -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
                 ((i++)) ;;
             -*) ;;
             *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
@@ -28,12 +28,12 @@ _blserve() {
         -a|--adapter)
             COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
             return ;;
-        -n|--name|--service|--char|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--allow)
+        -n|--name|--service|--char|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
             return ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W '--mode --adapter --name --service --char --nus --write-without-response
-            --reply-code --reply --chunk --eom --handler-timeout --prestart --max-frame --max-queue --max-held --allow --secure
+            --reply-code --reply --chunk --eom --handler-timeout --prestart --max-frame --max-queue --max-held --max-buffered --allow --secure
             --verbose --help --version -m -a -n -c -r -t -v -h' -- "$cur"))
     else
         COMPREPLY=($(compgen -c -- "$cur"))

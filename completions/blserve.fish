@@ -7,7 +7,7 @@ function __blserve_part
     set -l words (commandline -opc)
     set -e words[1]
     set -l with_value -m --mode -a --adapter -n --name --service --char -c --reply-code -r --reply \
-        --chunk -t --handler-timeout --max-frame --max-queue --max-held --allow
+        --chunk -t --handler-timeout --max-frame --max-queue --max-held --max-buffered --allow
     set -l skip 0
     set -l part options
     for w in $words
@@ -61,6 +61,7 @@ complete -c blserve -n __blserve_in_options -l prestart -d 'Frame mode: start CO
 complete -c blserve -n __blserve_in_options -l max-frame -x -d 'Frame mode: largest frame body accepted'
 complete -c blserve -n __blserve_in_options -l max-queue -x -d 'Frame mode: requests and replies outstanding per central'
 complete -c blserve -n __blserve_in_options -l max-held -x -d 'Frame mode: unsent reply bytes per central before its next request waits'
+complete -c blserve -n __blserve_in_options -l max-buffered -x -d 'Frame mode: bytes held for all centrals before new frames are refused'
 complete -c blserve -n __blserve_in_options -l allow -x -d 'Only this central may read and write'
 complete -c blserve -n __blserve_in_options -l secure -d 'Require an encrypted link'
 complete -c blserve -n __blserve_in_options -s v -l verbose -d 'Log one line per request'

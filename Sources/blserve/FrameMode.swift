@@ -39,6 +39,8 @@ final class FrameMode: ServeMode {
         var isIdle: Bool { outstanding == 0 && reassembler.isAtFrameBoundary }
         /// Reply bytes held for it, counted against --max-held.
         var heldBytes: Int { replies.pendingBytes + pushingBytes }
+        /// Request bytes held for it: the frame being written and those waiting to run.
+        var requestBytes: Int { reassembler.bufferedBytes + pending.reduce(0) { $0 + $1.body.count } }
     }
 
     unowned let server: Server
@@ -84,10 +86,14 @@ final class FrameMode: ServeMode {
             call.reply([])
             return
         }
-        let slots = config.maxQueue - c.outstanding
+        // All centrals together may not make blserve hold more than --max-buffered: no new
+        // frame then (the one being written may end), as when this central's queue is full.
+        let full = heldRequestBytes + heldReplyBytes >= config.maxBuffered
+        let slots = full ? 0 : config.maxQueue - c.outstanding
         switch c.reassembler.write(value, offset: options.offset, slots: slots, retryable: call.expectsReply) {
         case .failure(let refusal):
-            server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(refusal)")
+            let why = refusal == .busy && full ? "blserve holds --max-buffered \(config.maxBuffered) bytes for all centrals" : "\(refusal)"
+            server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(why)")
             call.fail(refusal.dbusError)
         case .success(let requests):
             call.reply([])
@@ -105,7 +111,7 @@ final class FrameMode: ServeMode {
         switch c.replies.read(offset: options.offset, mtu: options.mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
-            if !piece.isEmpty, options.offset == 0 { dispatch(c) }
+            if !piece.isEmpty, options.offset == 0 { dispatchWaiting(c) }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }
@@ -140,6 +146,7 @@ final class FrameMode: ServeMode {
         c.replies.removeAll()
         c.reassembler.reset()
         forgetIfDone(c)
+        dispatchWaiting()
     }
 
     /// Removes a dropped central once nothing refers to it any more (push jobs in the notifier).
@@ -159,14 +166,29 @@ final class FrameMode: ServeMode {
 
     // MARK: - Running COMMAND
 
+    /// Request bytes held for all centrals (counted against --max-buffered with the replies).
+    var heldRequestBytes: Int { centrals.values.reduce(0) { $0 + $1.requestBytes } }
+    /// Reply bytes held for all centrals: from --max-buffered on, no request runs.
+    var heldReplyBytes: Int { centrals.values.reduce(0) { $0 + $1.heldBytes } }
+
+    /// Runs the next request of `first`, then of every central whose request waits for room
+    /// (a read or a disconnect may have brought all centrals' replies under --max-buffered).
+    private func dispatchWaiting(_ first: Central? = nil) {
+        if let first { dispatch(first) }
+        for c in centrals.values where c.waitingForRoom && c !== first && !c.gone { dispatch(c) }
+    }
+
     private func dispatch(_ c: Central) {
         guard c.running == nil, !c.pending.isEmpty, !server.stopping else { return }
         // A central that does not take its replies must not make blserve hold ever more of them:
-        // its next request waits (still counted against --max-queue) until it reads.
-        guard c.heldBytes < config.maxHeld else {
+        // its next request waits (still counted against --max-queue) until it reads. So do all
+        // centrals' requests while their replies together reach --max-buffered.
+        let held = c.heldBytes < config.maxHeld ? heldReplyBytes : c.heldBytes
+        guard c.heldBytes < config.maxHeld && held < config.maxBuffered else {
             if !c.waitingForRoom {
                 c.waitingForRoom = true
-                server.debug("\(Server.centralName(c.device)): \(c.heldBytes) reply bytes unsent; its next request waits")
+                let whose = c.heldBytes >= config.maxHeld ? "" : " for all centrals (--max-buffered)"
+                server.debug("\(Server.centralName(c.device)): \(held) reply bytes unsent\(whose); its next request waits")
             }
             return
         }
@@ -279,7 +301,7 @@ final class FrameMode: ServeMode {
                                  c.pushing = max(0, c.pushing - 1)
                                  c.pushingBytes = max(0, c.pushingBytes - reply.count)
                                  self.forgetIfDone(c)
-                                 if !c.gone { self.dispatch(c) }
+                                 self.dispatchWaiting(c.gone ? nil : c)
                              })
             return
         }

@@ -33,6 +33,7 @@ enum BlserveCommand {
             OptionSpec("max-frame", value: "BYTES", help: "frame mode: refuse frames announcing more than BYTES (1M; at most 9999999)"),
             OptionSpec("max-queue", value: "N", help: "frame mode: requests and replies a central may have outstanding (16)"),
             OptionSpec("max-held", value: "BYTES", help: "frame mode: a central's next request waits while BYTES of its replies are unsent (16M)"),
+            OptionSpec("max-buffered", value: "BYTES", help: "frame mode: for all centrals together, new frames are refused and requests wait while BYTES are held (32M)"),
             OptionSpec("allow", value: "ADDR", help: "only this central may read and write (repeatable)"),
             OptionSpec("secure", help: "require an encrypted (paired) link for reads, writes and notifications"),
             OptionSpec("verbose", short: "v", help: "log one line per request, and the registration, to stderr"),
@@ -91,6 +92,9 @@ struct ServeConfig: Equatable {
     /// Frame mode: reply bytes held for one central (queued for its reads or being notified)
     /// from which its next request waits.
     var maxHeld = 16 << 20
+    /// Frame mode: bytes held for all centrals together (requests received, replies unsent)
+    /// from which new frames are refused, and reply bytes from which requests wait.
+    var maxBuffered = 32 << 20
     /// Upper-case addresses; empty = everyone.
     var allow: Set<String> = []
     var secure = false
@@ -130,6 +134,7 @@ struct ServeConfig: Equatable {
         maxFrame = try options.byteCount("max-frame", in: 0...FrameFormat.maxBodySize) ?? maxFrame
         maxQueue = try options.int("max-queue", in: 1...1024) ?? maxQueue
         maxHeld = try options.byteCount("max-held", in: 1...(1 << 40)) ?? maxHeld
+        maxBuffered = try options.byteCount("max-buffered", in: 1...(1 << 40)) ?? maxBuffered
         for text in options.strings("allow") {
             guard let address = BluetoothAddress.normalize(text) else {
                 throw UsageError("--allow wants an address like AA:BB:CC:DD:EE:FF, not '\(text)'")
@@ -141,7 +146,7 @@ struct ServeConfig: Equatable {
 
         // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
         if mode != .frame {
-            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue", "max-held"],
+            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue", "max-held", "max-buffered"],
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }

@@ -284,6 +284,33 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T00000013")
     }
 
+    /// --max-buffered bounds what all centrals together make blserve hold: with their replies
+    /// at the limit, a new frame is refused (0x82) and a request already received waits, until
+    /// a central reads; then the waiting one runs, whoever read.
+    func testMaxBufferedBoundsAllCentralsTogether() throws {
+        // Replies of 88 bytes (cat echoes 80); 170 bytes for everyone.
+        try start(["--max-buffered", "170", "cat"])
+        let body = String(repeating: "x", count: 79)
+        let frameMode = try XCTUnwrap(server.mode as? FrameMode)
+        ok(bluez.write(frame("T", body + "a"), from: a))
+        XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 88 }, timeout: 10))
+        // Two frames in one write (taken: 88 bytes were held before it): the first runs, and
+        // its reply takes all replies to 176; the second then waits although b's own replies
+        // are far from --max-held.
+        ok(bluez.write(frame("T", body + "1") + frame("T", body + "2"), from: b))
+        XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 176 }, timeout: 10))
+        settle(1)
+        XCTAssertEqual(frameMode.heldReplyBytes, 176, "b's second request ran beyond --max-buffered")
+        // A third central's new frame is refused: 176 + 88 bytes are held.
+        let c = FakeBluetoothd.device(3)
+        XCTAssertEqual(refusal(bluez.write(frame("T", "c"), from: c)), "0x82")
+        // a takes its reply: b's waiting request runs; once b has read too, c may write again.
+        XCTAssertEqual(reply(for: a, bytes: 88), "T0000080" + body + "a")
+        XCTAssertEqual(reply(for: b, bytes: 176), "T0000080" + body + "1" + "T0000080" + body + "2")
+        ok(bluez.write(frame("T", "c"), from: c))
+        XCTAssertEqual(reply(for: c), "T0000001c")
+    }
+
     func testMaxHeldHoldsTheNextRequestUntilTheCentralReads() throws {
         // Replies of 88 bytes: the second request runs (88 of 100 bytes held), the third waits
         // until the central has read.
