@@ -37,6 +37,9 @@ final class Server {
     /// The ATT MTU last seen in a call from each central (device path).
     private(set) var mtus: [String: Int] = [:]
     private(set) var stopping = false
+    /// The central StartNotify came for: the only one connected then. nil when that was not
+    /// known (several connected) or it has disconnected since.
+    private(set) var startNotifySubscriber: String?
     private var lastState: Peripheral.State = .stopped
     private var exitError: ToolError?
 
@@ -107,12 +110,17 @@ final class Server {
         }
         notifyCharacteristic.onNotifyingChanged = { [unowned self] on in
             self.debug("notifications \(on ? "on" : "off")")
+            // bluetoothd says which central subscribes only with a socket (AcquireNotify);
+            // StartNotify comes for the first subscriber, whoever it is.
+            let sole = self.peripheral.connectedDevices.count == 1 ? self.peripheral.connectedDevices.first : nil
+            self.startNotifySubscriber = on && !self.notifyCharacteristic.hasNotifySockets ? sole : nil
             self.mode.notifyingChanged(on)
         }
         peripheral.onConnectionChange = { [unowned self] device, connected in
             self.debug("\(Self.centralName(device)) \(connected ? "connected" : "disconnected")")
             if !connected {
                 self.mtus[device] = nil
+                if self.startNotifySubscriber == device { self.startNotifySubscriber = nil }
                 for c in self.application.characteristics where c.offersNotifySocket { c.centralDisconnected(device) }
             }
             self.mode.connectionChanged(device: device, connected: connected)
@@ -167,8 +175,16 @@ final class Server {
     /// True when a notification now reaches `device` and no other central: notifications are
     /// on and `device` is the only central connected to the adapter (BlueZ 5.66 sends every
     /// notification to every subscriber, bluez-notes §3.8).
+    ///
+    /// In frame mode `device` must also be known to have subscribed: a bonded central that
+    /// subscribed and left keeps its subscription in bluetoothd (no StopNotify), so
+    /// notifications stay "on" with nobody connected to take them; and frame mode's replies
+    /// have a way that always works, the pull. (Raw mode's output has none that a terminal
+    /// app follows, so there the sole connected central is taken to be the subscriber.)
     func canPush(to device: String) -> Bool {
-        notifyCharacteristic.notifying && peripheral.connectedDevices == [device]
+        guard notifyCharacteristic.notifying, peripheral.connectedDevices == [device] else { return false }
+        if config.mode == .frame { return startNotifySubscriber == device }
+        return true
     }
 
     /// Bytes per notification towards `device`; nil: towards every subscriber. bluetoothd names

@@ -338,8 +338,8 @@ final class ServerBusTests: XCTestCase {
 
     func testPushGoesToTheSoleSubscriberAndFallsBackToPull() throws {
         try start(["--reply", "push", "--chunk", "5", "cat"])
-        try bluez.startNotify()
         try bluez.setConnected(a, true)
+        try bluez.startNotify()
         ok(bluez.write(frame("T", "pushed"), from: a))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5))
         XCTAssertEqual(bluez.notifications.map { String(decoding: $0, as: UTF8.self) }, ["T0000", "006pu", "shed"])
@@ -350,6 +350,32 @@ final class ServerBusTests: XCTestCase {
         ok(bluez.write(frame("T", "pulled"), from: a))
         XCTAssertEqual(reply(for: a), "T0000006pulled")
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+    }
+
+    /// A bonded central that subscribed and left keeps its subscription in bluetoothd (no
+    /// StopNotify): a central alone now, which never subscribed, must find its reply by reading,
+    /// not have it notified to nobody.
+    func testPushOnlyToTheCentralThatSubscribed() throws {
+        try start(["--reply", "push", "cat"])
+        try bluez.setConnected(b, true)
+        try bluez.startNotify()
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications == [Array("T0000001b".utf8)] }, timeout: 5))
+        try bluez.setConnected(b, false)  // bonded: its subscription stays
+        XCTAssertTrue(server.notifyCharacteristic.notifying)
+        try bluez.setConnected(a, true)
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "a"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001a")
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+        // Nor does a subscription that began while two centrals were connected name either.
+        try bluez.stopNotify()
+        try bluez.setConnected(b, true)
+        try bluez.startNotify()
+        try bluez.setConnected(b, false)
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "a2"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000002a2")
     }
 
     func testDisconnectDropsTheCentralsState() throws {
