@@ -303,6 +303,14 @@ extension Server {
         let client = try BlueZClient(loop: loop)
         let adapter: Adapter
         do {
+            // No adapter at all yet (at boot, a Raspberry Pi's controller is attached after
+            // bluetoothd has started): a server waits for one, as it does when one goes away.
+            var delay = Peripheral.retryInterval
+            while try client.managedObjects().adapters.isEmpty {
+                if delay == Peripheral.retryInterval { Tool.warn("no Bluetooth adapter yet: waiting for one") }
+                loop.sleep(delay)
+                delay = min(delay * 2, Peripheral.longestRetryInterval)
+            }
             adapter = try client.adapter(named: config.adapter)
         } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.

@@ -204,6 +204,23 @@ final class ProcessTests: XCTestCase {
         }
     }
 
+    /// Started before any adapter exists (a controller attached after bluetoothd, at boot),
+    /// blserve waits for one instead of failing.
+    func testWaitsForAnAdapterAtStart() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        try bluez.removeAdapter()
+        let (child, stderr) = try start(["-v", "cat"], busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { stderr().contains("no Bluetooth adapter yet: waiting for one") }, timeout: 10), stderr())
+        _ = loop.run(until: { child.status != nil }, timeout: 1)
+        XCTAssertNil(child.status, "blserve ended without an adapter: \(stderr())")
+        try bluez.addAdapter()
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        child.signal(SIGTERM)
+        XCTAssertEqual(finish(child), .exited(0), stderr())
+    }
+
     func testWholeLifeRegistersAnswersAndUnregistersOnSIGTERM() throws {
         let bus = try BusFixture()
         self.bus = bus
