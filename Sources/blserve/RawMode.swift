@@ -121,6 +121,21 @@ final class RawMode: ServeMode {
             }
             return
         }
+        if let process = s.process, process.status != nil {
+            // COMMAND has ended; its run ends within the exit grace (something it started still
+            // holds its stdout). What comes meanwhile is the next COMMAND's input, as a write
+            // after the run would be: held, and that COMMAND starts as this run ends.
+            if !value.isEmpty {
+                guard s.held.count + value.count <= Self.stdinLimit else {
+                    dropping(s, call)
+                    return
+                }
+                s.held += value
+                s.heldUnanswered = true
+            }
+            call.reply([])
+            return
+        }
         // Once COMMAND has closed its stdin, what the central writes goes nowhere: that is its
         // business, as when it ignores its input.
         if !value.isEmpty, let stdin = s.stdin {
@@ -437,7 +452,20 @@ final class RawMode: ServeMode {
             let ms = Int(((MonotonicClock.seconds() - s.started) * 1000).rounded())
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")
         }
-        if s.gone { forget(s) }
+        if s.gone {
+            forget(s)
+        } else if !s.held.isEmpty, !s.broken {
+            // Written during the exit grace: the next COMMAND's input.
+            let held = s.held.count
+            if start(s) {
+                s.bytesIn = held
+            } else {
+                s.broken = true
+                Tool.warn("\(Server.centralName(s.device)): \(held) bytes lost; writes are dropped until the central connects again")
+                s.held = []
+                s.heldUnanswered = false
+            }
+        }
     }
 
     private func forget(_ s: Session) {

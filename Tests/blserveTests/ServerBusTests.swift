@@ -853,6 +853,20 @@ final class ServerBusTests: XCTestCase {
                       "no new COMMAND for the next write")
     }
 
+    /// What a central writes while its ended COMMAND's run waits out the exit grace (something
+    /// it started holds its stdout) is not lost: it is the next COMMAND's input.
+    func testRawModeWritesDuringTheExitGraceGoToTheNextCommand() throws {
+        _ = try startRawCommandReportingPid("sleep 300 & echo $!; read line; echo \"first $line\"")
+        ok(bluez.write(Array("one\n".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { String(decoding: self.bluez.notifications.joined(), as: UTF8.self).contains("first xone\n") }, timeout: 5))
+        // The shell has ended; its sleep holds stdout for up to a second.
+        settle(0.3)
+        bluez.clearNotifications()
+        ok(bluez.write(Array("two\n".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { String(decoding: self.bluez.notifications.joined(), as: UTF8.self).contains("first two\n") }, timeout: 6),
+                      "what was written during the grace was lost: \(String(decoding: bluez.notifications.joined(), as: UTF8.self))")
+    }
+
     /// Raw mode running `sh -c SCRIPT`, whose first line of output is a pid: A connects and
     /// subscribes, its first write starts COMMAND; returns the pid once notified.
     private func startRawCommandReportingPid(_ script: String) throws -> pid_t {
