@@ -3,12 +3,15 @@ _blframe() {
     local cur prev
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
+    # A value given after '=': bash makes the '=' a word of its own.
+    if [[ $cur == = ]]; then cur=; elif [[ $prev == = ]]; then prev=${COMP_WORDS[COMP_CWORD-2]}; fi
     case $prev in
         -c|--code)
             COMPREPLY=($(compgen -W 'T U I N auto' -- "$cur"))
             return ;;
         -i|--images)
-            COMPREPLY=($(compgen -d -- "$cur"))
+            compopt -o filenames 2>/dev/null
+            mapfile -t COMPREPLY < <(compgen -d -- "$cur")
             return ;;
     esac
     COMPREPLY=($(compgen -W '--decode --code --exact --lines --raw --images --json --resync --help --version

@@ -3,6 +3,8 @@ _blrecv() {
     local cur prev
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
+    # A value given after '=': bash makes the '=' a word of its own.
+    if [[ $cur == = ]]; then cur=; elif [[ $prev == = ]]; then prev=${COMP_WORDS[COMP_CWORD-2]}; fi
     case $prev in
         -a|--adapter)
             COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))

@@ -3,16 +3,20 @@ _blserve() {
     local cur prev i
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
+    # A value given after '=': bash makes the '=' a word of its own.
+    if [[ $cur == = ]]; then cur=; elif [[ $prev == = ]]; then prev=${COMP_WORDS[COMP_CWORD-2]}; fi
     # After COMMAND (the first operand) or --, complete COMMAND's own arguments as files.
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
             --)
-                if ((i == COMP_CWORD - 1)); then COMPREPLY=($(compgen -c -- "$cur")); else COMPREPLY=($(compgen -f -- "$cur")); fi
+                compopt -o filenames 2>/dev/null
+                if ((i == COMP_CWORD - 1)); then mapfile -t COMPREPLY < <(compgen -c -- "$cur"); else mapfile -t COMPREPLY < <(compgen -f -- "$cur"); fi
                 return ;;
             -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
+                [[ ${COMP_WORDS[i+1]} == = ]] && ((i++))
                 ((i++)) ;;
             -*) ;;
-            *) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+            *) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
         esac
     done
     case $prev in
@@ -36,7 +40,8 @@ _blserve() {
             --reply-code --reply --chunk --eom --handler-timeout --prestart --max-frame --max-queue --max-held --max-buffered --allow --secure
             --verbose --help --version -m -a -n -c -r -t -v -h' -- "$cur"))
     else
-        COMPREPLY=($(compgen -c -- "$cur"))
+        compopt -o filenames 2>/dev/null
+        mapfile -t COMPREPLY < <(compgen -c -- "$cur")
     fi
 }
 complete -F _blserve blserve

@@ -69,13 +69,14 @@ public struct JSONStringEscaper {
         var input = bytes
         if !carry.isEmpty {
             // Complete the carried sequence with as few bytes as it needs.
-            let need = JSONStringEscaper.sequenceLength(carry[0]) - carry.count
+            let length = JSONStringEscaper.sequenceLength(carry[0])
             var taken = 0
-            while taken < need && taken < input.count && JSONStringEscaper.isContinuation(input[taken]) {
+            while carry.count < length && taken < input.count
+                    && JSONStringEscaper.acceptsNext(carry[0], at: carry.count, input[taken]) {
                 carry.append(input[taken])
                 taken += 1
             }
-            if carry.count < JSONStringEscaper.sequenceLength(carry[0]) && taken == input.count {
+            if carry.count < length && taken == input.count {
                 return  // still incomplete; wait for more
             }
             input = UnsafeRawBufferPointer(rebasing: input[taken...])
@@ -110,22 +111,34 @@ public struct JSONStringEscaper {
         }
     }
 
-    /// Validates one complete sequence starting at `i`; returns its length or 0 when invalid.
-    static func validSequence(_ p: UnsafeRawBufferPointer, at i: Int) -> Int {
+    /// Whether `byte` may stand at position `k` (1 or more) of a sequence led by `lead`: the
+    /// second byte's range rules out overlong forms, surrogates and code points past U+10FFFF.
+    static func acceptsNext(_ lead: UInt8, at k: Int, _ byte: UInt8) -> Bool {
+        if k >= 2 { return isContinuation(byte) }
+        switch lead {
+        case 0xE0: return (0xA0...0xBF).contains(byte)
+        case 0xED: return (0x80...0x9F).contains(byte)
+        case 0xF0: return (0x90...0xBF).contains(byte)
+        case 0xF4: return (0x80...0x8F).contains(byte)
+        default: return isContinuation(byte)
+        }
+    }
+
+    /// How many bytes from `i` begin a valid sequence (its whole length when it is complete
+    /// and valid); 0 for a byte that cannot lead one.
+    static func validPrefix(_ p: UnsafeRawBufferPointer, at i: Int) -> Int {
         let lead = p[i]
         let length = sequenceLength(lead)
-        guard length > 1, i + length <= p.count else { return length == 1 ? 1 : 0 }
-        let second = p[i + 1]
-        // Reject overlong forms, surrogates and code points past U+10FFFF.
-        switch lead {
-        case 0xE0: if second < 0xA0 || second > 0xBF { return 0 }
-        case 0xED: if second < 0x80 || second > 0x9F { return 0 }
-        case 0xF0: if second < 0x90 || second > 0xBF { return 0 }
-        case 0xF4: if second < 0x80 || second > 0x8F { return 0 }
-        default: if !isContinuation(second) { return 0 }
-        }
-        for k in 2..<length where !isContinuation(p[i + k]) { return 0 }
-        return length
+        guard length > 1 else { return length }
+        var k = 1
+        while k < length && i + k < p.count && acceptsNext(lead, at: k, p[i + k]) { k += 1 }
+        return k
+    }
+
+    /// Validates one complete sequence starting at `i`; returns its length or 0 when invalid.
+    static func validSequence(_ p: UnsafeRawBufferPointer, at i: Int) -> Int {
+        let length = sequenceLength(p[i])
+        return length > 0 && validPrefix(p, at: i) == length ? length : 0
     }
 
     private mutating func emitValidated(_ p: UnsafeRawBufferPointer, final: Bool, _ emit: (UnsafeRawBufferPointer) -> Void) {
@@ -142,24 +155,22 @@ public struct JSONStringEscaper {
             }
             if byte >= 0x80 {
                 let length = JSONStringEscaper.sequenceLength(byte)
-                if length > 1 && i + length > p.count && !final {
-                    // Possibly a sequence cut by the piece boundary: keep it if what we have is valid so far.
-                    var plausible = true
-                    for k in (i + 1)..<p.count where !JSONStringEscaper.isContinuation(p[k]) { plausible = false }
-                    if plausible {
-                        flushRun(upTo: i)
-                        carry = Array(UnsafeRawBufferPointer(rebasing: p[i...]))
-                        return
-                    }
-                }
-                let valid = JSONStringEscaper.validSequence(p, at: i)
-                if valid > 0 {
-                    i += valid
+                let prefix = JSONStringEscaper.validPrefix(p, at: i)
+                if length > 1 && prefix == length {
+                    i += length
                     continue
                 }
+                if length > 1 && i + prefix == p.count && !final {
+                    // A sequence cut by the piece's end, valid so far: the next piece completes it.
+                    flushRun(upTo: i)
+                    carry = Array(UnsafeRawBufferPointer(rebasing: p[i...]))
+                    return
+                }
+                // One U+FFFD for each maximal part of a sequence that cannot be completed (the
+                // usual practice: a lead byte and the continuations valid after it, or one byte).
                 flushRun(upTo: i)
                 JSONStringEscaper.replacement.withUnsafeBytes(emit)
-                i += 1
+                i += max(1, prefix)
                 runStart = i
                 continue
             }

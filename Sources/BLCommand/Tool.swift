@@ -117,9 +117,11 @@ public enum Tool {
         do {
             options = try spec.parse(arguments)
         } catch {
-            // --help and --version win over other mistakes on the same line.
-            if arguments.contains("--help") || arguments.contains("-h") { printHelp(spec) }
-            if arguments.contains("--version") { printVersion(spec) }
+            // --help and --version win over other mistakes on the same line (before a `--`:
+            // after it they are operands).
+            let options = arguments.prefix { $0 != "--" }
+            if options.contains("--help") || options.contains("-h") { printHelp(spec) }
+            if options.contains("--version") { printVersion(spec) }
             exit(.usage, "\(error.message); try '\(spec.name) --help'")
         }
         if options.has("help") { printHelp(spec) }

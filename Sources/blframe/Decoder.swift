@@ -106,6 +106,9 @@ final class Decoder {
             }
         case .image:
             if let images {
+                // The frames before it are out before the image is written (and synced, which
+                // can take long): nothing already decoded waits on it, or is lost with it.
+                try flush()
                 image = try images.begin()
             } else {
                 try flush()

@@ -8,7 +8,9 @@ final class ImageDirectory {
     private var next: Int
 
     init(path: String) throws {
-        self.path = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+        var path = path
+        while path.count > 1 && path.hasSuffix("/") { path.removeLast() }
+        self.path = path
         try PartialFile.makeDirectories(self.path)
         // Numbering goes on after the highest number there: a directory that cannot be listed
         // is one blframe cannot number images in (73, as for an image it cannot create).

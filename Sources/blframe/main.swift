@@ -3,7 +3,7 @@ import BLFrame
 
 let spec = CommandSpec(
     name: "blframe",
-    usage: ["[-c CODE] [--exact] [--lines]", "-d [--raw] [--images DIR] [--json] [--resync]"],
+    usage: ["[-c CODE] [--exact | --lines] [-]", "-d [--raw | --json] [--images DIR] [--resync] [-]"],
     summary: """
     Encode standard input as frames of the RaspBLE protocol (default), or decode frames from standard
     input (-d). A frame is one code byte (N, T, U or I), seven decimal digits giving the body length,
@@ -21,7 +21,10 @@ let spec = CommandSpec(
         OptionSpec("json", short: "j", help: "decode: print one JSON object per frame"),
         OptionSpec("resync", short: "s", help: "decode: skip bytes that do not start a valid frame"),
     ],
+    operands: 0...1,
     epilog: """
+    It reads standard input only; '-' may name it.
+
     examples:
       echo hello | blframe                        # T0000005hello
       echo http://host/a.png | blframe -c auto    # U0000017http://host/a.png
@@ -35,11 +38,16 @@ let spec = CommandSpec(
 
 Tool.run(spec) { options in
     Signals.ignoreSIGPIPE()
+    if let operand = options.operands.first, operand != "-" {
+        throw UsageError("blframe reads standard input only: '-' is the one operand it takes, not '\(operand)'")
+    }
     if options.has("decode") {
         try options.refuse(["code", "exact", "lines"], "is for encoding; it cannot be used with -d")
+        if options.has("json") { try options.refuse(["raw"], "cannot be used with --json: JSON strings carry bodies exactly") }
         try Decoder(options: options).run()
     } else {
         try options.refuse(["raw", "images", "json", "resync"], "is for decoding; use it with -d")
+        if options.has("lines") { try options.refuse(["exact"], "cannot be used with --lines: each line is framed without its newline") }
         try Encoder(options: options).run()
     }
 }

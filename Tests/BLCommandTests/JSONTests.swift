@@ -32,6 +32,24 @@ final class JSONTests: XCTestCase {
         XCTAssertEqual(escapeAll([0xC0, 0x80], pieces: [100]), "\u{FFFD}\u{FFFD}", "overlong form")
     }
 
+    /// One U+FFFD per maximal invalid subpart, wherever it stands (mid-text or at the end, cut
+    /// or not): what Swift's own decoder (and Python's, and WHATWG's) gives.
+    func testReplacementsFollowTheMaximalSubpartPractice() {
+        XCTAssertEqual(escapeAll([0xE4, 0x88, 0x75], pieces: [100]), "\u{FFFD}u")
+        XCTAssertEqual(escapeAll([0x75, 0xE4, 0x88], pieces: [100]), "u\u{FFFD}")
+        XCTAssertEqual(escapeAll([0xE0, 0x80], pieces: [1]), "\u{FFFD}\u{FFFD}")
+        var rng = SeededGenerator(seed: 11)
+        let pool: [UInt8] = [0x41, 0x7A, 0x80, 0x8F, 0x9F, 0xA0, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xE4, 0xED, 0xEF,
+                             0xF0, 0xF4, 0xF5, 0xFF]
+        for _ in 0..<2000 {
+            let sample = (0..<Int.random(in: 1...12, using: &rng)).map { _ in pool.randomElement(using: &rng)! }
+            let expected = String(decoding: sample, as: UTF8.self)
+            for pieces in [[sample.count], [1], [2, 1]] {
+                XCTAssertEqual(escapeAll(sample, pieces: pieces), expected, "\(sample) in pieces of \(pieces)")
+            }
+        }
+    }
+
     func testOutputDoesNotDependOnHowInputIsCut() {
         var rng = SeededGenerator(seed: 7)
         let text = Array("plain \"quoted\" é ✓ 😀 \u{7}\n".utf8)

@@ -48,9 +48,10 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted(),
                        ["000001.png", "000002.jpg", "000003.bin"], "no temporary files may remain")
 
-        // A second run continues the numbering and never replaces an existing file.
+        // A second run continues the numbering and never replaces an existing file (the
+        // directory's trailing slashes do not show in the paths).
         try data("keep me").write(to: dir.appendingPathComponent("000004.png"))
-        let again = try runTool("blframe", ["-d", "-i", dir.path], input: data("I\(String(format: "%07d", png.count))") + png)
+        let again = try runTool("blframe", ["-d", "-i", dir.path + "//"], input: data("I\(String(format: "%07d", png.count))") + png)
         XCTAssertEqual(again.stdoutText, dir.appendingPathComponent("000005.png").path + "\n")
         XCTAssertEqual(try Data(contentsOf: dir.appendingPathComponent("000004.png")), data("keep me"))
     }
@@ -77,6 +78,18 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(result.status, 74, err)
         XCTAssertEqual(result.stdoutText, "hi\n", "the frame before the image must be written, nothing after it")
         XCTAssertTrue(err.hasPrefix("blframe: \(dir.path)/.blframe-") && err.hasSuffix("File too large\n"), err)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
+    }
+
+    /// The frames before an image are out before the image is written: a signal that ends
+    /// blframe while it writes one (SIGXFSZ here, at its default) loses none of them.
+    func testFramesBeforeAnImageAreOutBeforeItIsWritten() throws {
+        let dir = try temporaryDirectory(self)
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let result = try runProgram("/bin/bash", ["-c", "trap - XFSZ; ulimit -f 0; exec \"$0\" -d -i \"$1\"", blframe, dir.path],
+                                    input: data("T0000002hiI0000003abc"))
+        XCTAssertEqual(result.status, 128 + SIGXFSZ, result.stderr)
+        XCTAssertEqual(result.stdoutText, "hi\n", "the frame before the image was lost with it")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
     }
 

@@ -113,7 +113,8 @@ final class BlframeEncodeTests: XCTestCase {
     }
 
     func testUsageErrors() throws {
-        for arguments in [["--bogus"], ["-c", "X"], ["-c"], ["--raw"], ["-d", "--lines"], ["extra"], ["-c", "N", "--lines"]] {
+        for arguments in [["--bogus"], ["-c", "X"], ["-c"], ["--raw"], ["-d", "--lines"], ["extra"], ["-c", "N", "--lines"],
+                          ["--lines", "--exact"], ["-d", "--json", "--raw"], ["-", "-"], ["-d", "file"], ["--", "--help"]] {
             let result = try runTool("blframe", arguments)
             XCTAssertEqual(result.status, 64, "\(arguments)")
             XCTAssertEqual(result.stdout.count, 0, "\(arguments)")
@@ -121,6 +122,12 @@ final class BlframeEncodeTests: XCTestCase {
             XCTAssertEqual(result.stderr.filter { $0 == "\n" }.count, 1, "\(arguments): \(result.stderr)")
         }
         XCTAssertTrue(try runTool("blframe", ["--line"]).stderr.contains("did you mean '--lines'"))
+    }
+
+    /// `-` names standard input, as for any filter.
+    func testDashIsStandardInput() throws {
+        XCTAssertEqual(try runTool("blframe", ["-"], input: data("hi\n")).stdoutText, "T0000002hi")
+        XCTAssertEqual(try runTool("blframe", ["-d", "-"], input: data("T0000002hi")).stdoutText, "hi\n")
     }
 
     /// An argument that is not UTF-8 is refused rather than changed (Swift would make the byte
