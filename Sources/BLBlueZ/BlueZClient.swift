@@ -110,6 +110,12 @@ public final class BlueZClient {
         self.bus = bus
     }
 
+    /// Why bluetoothd is out of reach, once it is: it left the bus, or the bus itself went
+    /// (the dbus-daemon stopped or the socket broke; bluetoothd's objects are gone either way).
+    public var bluetoothdGoneReason: String {
+        bus.isConnected ? "bluetoothd stopped" : "lost the connection to the system bus"
+    }
+
     /// Calls a method on a bluetoothd object and waits (the loop keeps running meanwhile).
     /// `what` names the operation in the error message.
     public func call(_ path: String, _ interface: String, _ member: String, _ args: [DBusValue] = [],

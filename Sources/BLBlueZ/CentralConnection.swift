@@ -114,6 +114,7 @@ public final class Peer {
 public final class LinkWatch {
     public enum Loss: Equatable {
         case disconnected
+        /// bluetoothd left the bus, or the connection to the bus was lost.
         case bluetoothdStopped
         /// The characteristic at this object path was removed.
         case removed(String)
@@ -196,7 +197,7 @@ extension Peer {
     public func describe(_ loss: LinkWatch.Loss, uuid: String) -> String {
         switch loss {
         case .disconnected: return "\(device.address) disconnected"
-        case .bluetoothdStopped: return "bluetoothd stopped"
+        case .bluetoothdStopped: return client.bluetoothdGoneReason
         case .removed: return "characteristic \(uuid) of \(device.address) went away (its services changed)"
         }
     }

@@ -30,7 +30,7 @@ public final class Discovery {
     /// Called when bluetoothd forgets a device.
     public var onRemoved: ((String) -> Void)?
     /// Called when bluetoothd leaves the bus (its objects go without a signal, and so does the
-    /// scan).
+    /// scan), or the connection to the bus is lost.
     public var onBluetoothdGone: (() -> Void)?
 
     private var tokens: [SubscriptionToken] = []
@@ -171,7 +171,7 @@ extension BlueZClient {
         _ = loop.run(until: { found != nil || gone }, timeout: scanTimeout)
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
-            if gone { throw ToolError(.unavailable, "bluetoothd stopped while scanning for \(selector)") }
+            if gone { throw ToolError(.unavailable, "\(bluetoothdGoneReason) while scanning for \(selector)") }
             if ambiguous {
                 throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(addresses)), "
                                 + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")

@@ -16,9 +16,10 @@ public final class OutputBuffer {
     /// Total bytes handed to the kernel so far.
     public private(set) var bytesWritten = 0
 
+    /// `capacity` is at least ``directThreshold``: a smaller write is copied into the buffer.
     public init(fd: Int32, capacity: Int = 128 * 1024) {
         self.fd = fd
-        storage = .allocate(byteCount: capacity, alignment: FileIO.bufferAlignment)
+        storage = .allocate(byteCount: max(capacity, OutputBuffer.directThreshold), alignment: FileIO.bufferAlignment)
     }
 
     deinit { storage.deallocate() }

@@ -48,7 +48,8 @@ public final class DBusConnection {
 
     /// Called once when the connection to the bus is lost (the bus exited, or the socket broke),
     /// on the loop. Never called after ``close()``. The process does **not** exit: libdbus's
-    /// exit-on-disconnect is turned off. Pending calls fail with NoReply just before.
+    /// exit-on-disconnect is turned off. Pending calls fail with Disconnected just before, and
+    /// NameOwnerChanged subscribers are told their names are gone.
     public var onDisconnect: (() -> Void)?
 
     // Loop integration (DBusConnectionLoop.swift).
@@ -168,11 +169,19 @@ public final class DBusConnection {
         scheduleDispatch()
     }
 
-    /// Blocks until every queued outgoing message is written (e.g. before the process exits).
+    /// Blocks until every queued outgoing message is written (e.g. before the process exits),
+    /// for at most `timeout` seconds: a bus that takes nothing (stopped, or far behind) must
+    /// not keep a process that is ending from ending.
     ///
-    /// The corresponding C function is `dbus_connection_flush`.
-    public func flush() {
-        if isConnected { dbus_connection_flush(raw) }
+    /// The corresponding C functions are `dbus_connection_read_write` and
+    /// `dbus_connection_has_messages_to_send` (`dbus_connection_flush` has no time limit).
+    public func flush(timeout: Double = 2) {
+        let deadline = MonotonicClock.seconds() + timeout
+        while isConnected && dbus_connection_has_messages_to_send(raw) != 0 {
+            let left = deadline - MonotonicClock.seconds()
+            if left <= 0 { return }
+            if dbus_connection_read_write(raw, Int32(min(left, 0.1) * 1000) + 1) == 0 { return }
+        }
     }
 
     // MARK: - Sending
@@ -453,9 +462,14 @@ public final class DBusConnection {
         // notify functions (dbus-connection.c connection_timeout_and_complete_all_pending_calls_unlocked).
         // Fail them here, in the order they were made.
         let stranded = pendingCalls.values.sorted { $0.id < $1.id }
-        let error = DBusError(name: DBusError.Name.noReply, message: "Disconnected from the bus before the reply arrived")
+        let error = DBusError(name: DBusError.Name.disconnected, message: "Disconnected from the bus before the reply arrived")
         for pc in stranded { pc.fail(error) }
-        if !closedByUser { onDisconnect?() }
+        if closedByUser { return }
+        // Subscriptions that watch something on the bus (a name's owner) learn it is gone.
+        for id in subscriptions.filter({ $0.onBusLost != nil }).map(\.id) {
+            if let s = subscriptions.first(where: { $0.id == id }) { s.onBusLost?() }
+        }
+        onDisconnect?()
     }
 }
 

@@ -80,6 +80,8 @@ struct Subscription {
     let id: UInt64
     let rule: MatchRule
     let handler: (DBusMessage) -> Void
+    /// Called if the connection to the bus is lost (what the subscription watched is gone too).
+    var onBusLost: (() -> Void)? = nil
 }
 
 struct NameOwnerEntry {
@@ -112,6 +114,11 @@ extension DBusConnection {
     /// The corresponding bus method is `org.freedesktop.DBus.AddMatch`; the corresponding C
     /// function for the routing is `dbus_connection_add_filter`.
     public func subscribe(_ rule: MatchRule, _ handler: @escaping (DBusMessage) -> Void) throws(DBusError) -> SubscriptionToken {
+        try subscribe(rule, onBusLost: nil, handler)
+    }
+
+    /// ``subscribe(_:_:)``, and `onBusLost` is called if the connection to the bus is lost.
+    func subscribe(_ rule: MatchRule, onBusLost: (() -> Void)?, _ handler: @escaping (DBusMessage) -> Void) throws(DBusError) -> SubscriptionToken {
         if let sender = rule.sender, Self.tracksOwner(of: sender) {
             try retainOwnerTracking(sender)
         }
@@ -122,7 +129,7 @@ extension DBusConnection {
             throw error
         }
         let id = makeID()
-        subscriptions.append(Subscription(id: id, rule: rule, handler: handler))
+        subscriptions.append(Subscription(id: id, rule: rule, handler: handler, onBusLost: onBusLost))
         return SubscriptionToken(id: id)
     }
 
@@ -248,12 +255,14 @@ extension DBusConnection {
     }
 
     /// org.freedesktop.DBus.NameOwnerChanged for one well-known name: `newOwner` nil means the name
-    /// vanished (e.g. bluetoothd exited), `oldOwner` nil that it appeared.
+    /// vanished (e.g. bluetoothd exited), `oldOwner` nil that it appeared. If the connection to
+    /// the bus is lost, the name is reported as vanished too (`oldOwner` nil, ``isConnected``
+    /// false): whoever owned it cannot be reached any more, and no signal would say so.
     public func subscribeNameOwnerChanged(
         _ name: String,
         _ handler: @escaping (_ name: String, _ oldOwner: String?, _ newOwner: String?) -> Void
     ) throws(DBusError) -> SubscriptionToken {
-        try subscribe(Self.nameOwnerRule(name)) { m in
+        try subscribe(Self.nameOwnerRule(name), onBusLost: { handler(name, nil, nil) }) { m in
             let args = m.arguments
             guard args.count == 3, let n = args[0].string, let old = args[1].string, let new = args[2].string else { return }
             handler(n, old.isEmpty ? nil : old, new.isEmpty ? nil : new)

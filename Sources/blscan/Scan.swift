@@ -64,7 +64,7 @@ struct Scan {
         }
 
         discovery.onBluetoothdGone = {
-            if failure == nil { failure = ToolError(.unavailable, "bluetoothd stopped") }
+            if failure == nil { failure = ToolError(.unavailable, client.bluetoothdGoneReason) }
             done = true
         }
         discovery.onSighting = { device in

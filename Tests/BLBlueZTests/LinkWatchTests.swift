@@ -106,6 +106,15 @@ final class LinkWatchTests: XCTestCase {
         XCTAssertEqual(losses, [.bluetoothdStopped])
     }
 
+    /// The bus itself going (dbus-daemon killed: no NameOwnerChanged ever comes) ends the watch
+    /// too, and says so.
+    func testTheBusGoing() throws {
+        bus.kill()
+        settle()
+        XCTAssertEqual(losses, [.bluetoothdStopped])
+        XCTAssertEqual(peer.describe(.bluetoothdStopped, uuid: "fff1"), "lost the connection to the system bus")
+    }
+
     func testCancelledWatchReportsNothing() throws {
         watch.cancel()
         try removed(Self.device, [BlueZ.deviceInterface])

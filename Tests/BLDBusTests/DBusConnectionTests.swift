@@ -205,13 +205,19 @@ final class DBusConnectionTests: BusTestCase {
             pendingResult = $0
         }
         runUntil("B to receive the call") { self.parked.count == 1 }
+        // A name watched through NameOwnerChanged is gone with the bus: no signal could say so.
+        var vanished: [String] = []
+        _ = try a.subscribeNameOwnerChanged("org.example.Watched") { [weak a = self.a] name, _, new in
+            if new == nil, a?.isConnected == false { vanished.append(name) }
+        }
 
         bus.kill()
         runUntil("both disconnections") { disconnectedA == 1 && disconnectedB == 1 }
+        XCTAssertEqual(vanished, ["org.example.Watched"])
         XCTAssertFalse(a.isConnected)
         runUntil("the pending call to fail") { pendingResult != nil }
         if case .failure(let e) = pendingResult {
-            XCTAssertEqual(e.name, DBusError.Name.noReply)
+            XCTAssertEqual(e.name, DBusError.Name.disconnected)
         } else {
             XCTFail("expected an error, got \(String(describing: pendingResult))")
         }
@@ -227,6 +233,24 @@ final class DBusConnectionTests: BusTestCase {
 
     /// dbus_bus_get_private() turns exit-on-disconnect on; if it stayed on, killing the bus would
     /// _exit this test process.
+    /// flush() gives up after its timeout when the bus takes nothing (here: stopped), instead
+    /// of keeping an ending process for ever.
+    func testFlushIsBoundedWhenTheBusTakesNothing() throws {
+        kill(bus.pid, SIGSTOP)
+        defer { kill(bus.pid, SIGCONT) }
+        let value = DBusValue.bytes([UInt8](repeating: 7, count: 60_000))
+        for _ in 0..<200 {
+            let m = try DBusMessage.signal(path: "/x", interface: "org.example.X", member: "Y")
+            try m.append([value])
+            _ = try a.send(m)
+        }
+        let t0 = MonotonicClock.seconds()
+        a.flush(timeout: 0.5)
+        let took = MonotonicClock.seconds() - t0
+        XCTAssertGreaterThanOrEqual(took, 0.4, "12 MB cannot have gone to a stopped bus")
+        XCTAssertLessThan(took, 3)
+    }
+
     func testSystemBusHonoursTheAddressVariableAndSurvivesTheBusExiting() throws {
         setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address, 1)
         defer { unsetenv("DBUS_SYSTEM_BUS_ADDRESS") }
