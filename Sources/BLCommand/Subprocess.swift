@@ -620,40 +620,39 @@ extension Subprocess {
     /// Looks `program` up the way `posix_spawnp` will: a name with a slash is taken as it is,
     /// otherwise each directory of `PATH` (default "/usr/local/bin:/usr/bin:/bin") is tried.
     /// Returns the path of an executable regular file, or nil.
-    /// Why ``findExecutable(_:)`` found nothing for `program`, as a shell would say it:
-    /// "command not found", or "permission denied" / "is a directory" for a file that is there.
-    public static func whyNotFound(_ program: String) -> String {
-        var candidates: [String] = []
-        if program.contains("/") {
-            candidates = [program]
-        } else if !program.isEmpty {
-            let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
-            candidates = path.split(separator: ":", omittingEmptySubsequences: false).map { (dir: Substring) -> String in
-                (dir.isEmpty ? "." : String(dir)) + "/" + program
-            }
-        }
-        for candidate in candidates {
-            var st = stat()
-            guard stat(candidate, &st) == 0 else { continue }
-            if (st.st_mode & S_IFMT) == S_IFDIR { return program.contains("/") ? "is a directory" : "command not found" }
-            return "permission denied"
-        }
-        return program.contains("/") ? "no such file" : "command not found"
-    }
-
     public static func findExecutable(_ program: String) -> String? {
-        func isExecutableFile(_ path: String) -> Bool {
+        candidates(for: program).first { path in
             var st = stat()
             guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
             return access(path, X_OK) == 0
         }
-        if program.isEmpty { return nil }
-        if program.contains("/") { return isExecutableFile(program) ? program : nil }
-        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
-        for dir in path.split(separator: ":", omittingEmptySubsequences: false) {
-            let candidate = (dir.isEmpty ? "." : String(dir)) + "/" + program
-            if isExecutableFile(candidate) { return candidate }
+    }
+
+    /// Why ``findExecutable(_:)`` found nothing for `program`, as a shell would say it:
+    /// "command not found" (or "no such file" for a path), or "permission denied" / "is a
+    /// directory" for a file that is there.
+    public static func whyNotFound(_ program: String) -> String {
+        let named = program.contains("/")
+        for path in candidates(for: program) {
+            var st = stat()
+            guard stat(path, &st) == 0 else { continue }
+            if (st.st_mode & S_IFMT) == S_IFDIR {
+                if named { return "is a directory" }
+                continue
+            }
+            return "permission denied"
         }
-        return nil
+        return named ? "no such file" : "command not found"
+    }
+
+    /// The files `program` may be: itself when it has a slash, else that name in each
+    /// directory of `PATH` in order (an empty entry is the current directory).
+    private static func candidates(for program: String) -> [String] {
+        if program.isEmpty { return [] }
+        if program.contains("/") { return [program] }
+        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/local/bin:/usr/bin:/bin"
+        return path.split(separator: ":", omittingEmptySubsequences: false).map { dir in
+            (dir.isEmpty ? "." : String(dir)) + "/" + program
+        }
     }
 }
