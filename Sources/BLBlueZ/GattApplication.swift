@@ -122,6 +122,10 @@ public final class GattCharacteristic {
     public var onRead: ((GattRequestOptions, IncomingCall) -> Void)?
     public var onWrite: ((_ value: [UInt8], GattRequestOptions, IncomingCall) -> Void)?
     public var onNotifyingChanged: ((Bool) -> Void)?
+    /// Called for every StartNotify (bluetoothd makes one for each central that enables
+    /// notifications when it has no socket to use: 5.66 and 5.87 `ccc_write_cb()`), before
+    /// ``onNotifyingChanged``.
+    public var onStartNotify: (() -> Void)?
     /// Called when bluetoothd acquires a notification socket for a central, with the options of
     /// that call (the central's `device` and `mtu`).
     public var onNotifySocketAcquired: ((GattRequestOptions) -> Void)?
@@ -371,6 +375,7 @@ public final class GattCharacteristic {
             .method("StartNotify", inSignature: "", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }
                 call.reply([])
+                self?.onStartNotify?()
                 self?.setNotifying(true)
             }
             .method("StopNotify", inSignature: "", outSignature: "") { [weak self] call in

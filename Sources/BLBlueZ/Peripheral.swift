@@ -49,6 +49,14 @@ public final class Peripheral {
     public private(set) var state: State = .stopped
     /// Object paths of the adapter's devices whose `Connected` is true.
     public private(set) var connectedDevices: Set<String> = []
+    /// Devices bluetoothd says are paired or bonded (their subscriptions outlive a disconnect).
+    public private(set) var bondedDevices: Set<String> = []
+    /// Devices known over BR/EDR (``DeviceInfo/knownOverBREDR``: a keyboard, a headset),
+    /// which are no LE centrals of ours even when connected.
+    public private(set) var classicDevices: Set<String> = []
+
+    /// The connected devices that may be LE centrals (all connected but the BR/EDR ones).
+    public var connectedCentrals: Set<String> { connectedDevices.subtracting(classicDevices) }
     /// bluetoothd's unique bus name while it runs.
     public private(set) var bluezOwner: String?
     /// How many times the registration has succeeded (1 after start, +1 per re-registration).
@@ -162,10 +170,16 @@ public final class Peripheral {
     }
 
     /// Attempts again after `seconds`, or after the waiting interval, which grows each time.
-    private func scheduleRetry(after seconds: Double? = nil) {
-        guard running, retryTimer == nil else { return }
-        let seconds = seconds ?? nextRetry
-        if seconds == nextRetry { nextRetry = min(nextRetry * 2, Self.longestRetryInterval) }
+    private func scheduleRetry(after explicit: Double? = nil) {
+        guard running else { return }
+        if let explicit, let retryTimer, explicit < nextRetry {
+            // A failed registration retries in a second, not after a wait grown meanwhile.
+            loop.cancel(retryTimer)
+            self.retryTimer = nil
+        }
+        guard retryTimer == nil else { return }
+        let seconds = explicit ?? nextRetry
+        if explicit == nil { nextRetry = min(nextRetry * 2, Self.longestRetryInterval) }
         retryTimer = loop.schedule(after: seconds) { [weak self] in
             guard let self else { return }
             self.retryTimer = nil
@@ -336,6 +350,7 @@ public final class Peripheral {
             return
         }
         if let device = interfaces[BlueZ.deviceInterface], path.hasPrefix(adapterPath + "/") {
+            noteKind(path, device)
             setConnected(path, device["Connected"]?.bool ?? false)
         }
     }
@@ -347,13 +362,18 @@ public final class Peripheral {
             scheduleRetry()
             return
         }
-        if interfaces.contains(BlueZ.deviceInterface) { setConnected(path, false) }
+        if interfaces.contains(BlueZ.deviceInterface) {
+            bondedDevices.remove(path)
+            classicDevices.remove(path)
+            setConnected(path, false)
+        }
     }
 
     private func propertiesChanged(_ path: String, _ interface: String, _ changed: [String: DBusValue]) {
         guard running else { return }
-        if interface == BlueZ.deviceInterface, let connected = changed["Connected"]?.bool {
-            setConnected(path, connected, changeSignalled: true)
+        if interface == BlueZ.deviceInterface {
+            noteKind(path, changed, update: true)
+            if let connected = changed["Connected"]?.bool { setConnected(path, connected, changeSignalled: true) }
         } else if interface == BlueZ.adapterInterface, path == adapterPath, changed["Powered"]?.bool == true {
             poweringRequested = false
             if state != .registered { attempt() }
@@ -374,8 +394,30 @@ public final class Peripheral {
         onConnectionChange?(device, connected)
     }
 
+    /// Records whether `device` is bonded and whether it is a BR/EDR one, from its properties
+    /// (all of them, or with `update` only those that changed).
+    private func noteKind(_ device: String, _ properties: [String: DBusValue], update: Bool = false) {
+        if !update || properties["Paired"] != nil || properties["Bonded"] != nil {
+            if properties["Paired"]?.bool == true || properties["Bonded"]?.bool == true {
+                bondedDevices.insert(device)
+            } else if !update || properties["Paired"]?.bool == false {
+                bondedDevices.remove(device)
+            }
+        }
+        if !update || properties["Class"] != nil || properties["AddressType"] != nil {
+            if DeviceInfo(path: device, properties: properties).knownOverBREDR {
+                classicDevices.insert(device)
+            } else if !update {
+                classicDevices.remove(device)
+            }
+        }
+    }
+
     private func takeSnapshot(_ objects: BlueZObjects) {
         var now: Set<String> = []
+        for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath) {
+            if let properties = objects.properties(path, BlueZ.deviceInterface) { noteKind(path, properties) }
+        }
         for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath)
         where objects.properties(path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
             now.insert(path)

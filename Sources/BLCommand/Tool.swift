@@ -117,9 +117,10 @@ public enum Tool {
         do {
             options = try spec.parse(arguments)
         } catch {
-            // --help and --version win over other mistakes on the same line (before a `--`:
-            // after it they are operands).
-            let options = arguments.prefix { $0 != "--" }
+            // --help and --version win over other mistakes on the same line (before a `--`,
+            // or for a tool whose first operand ends its options, before that: after them
+            // they are operands).
+            let options = arguments.prefix { $0 != "--" && (!spec.operandsEndOptions || $0.hasPrefix("-")) }
             if options.contains("--help") || options.contains("-h") { printHelp(spec) }
             if options.contains("--version") { printVersion(spec) }
             exit(.usage, "\(error.message); try '\(spec.name) --help'")

@@ -179,9 +179,12 @@ public final class DBusConnection {
         let deadline = MonotonicClock.seconds() + timeout
         while isConnected && dbus_connection_has_messages_to_send(raw) != 0 {
             let left = deadline - MonotonicClock.seconds()
-            if left <= 0 { return }
-            if dbus_connection_read_write(raw, Int32(min(left, 0.1) * 1000) + 1) == 0 { return }
+            if left <= 0 { break }
+            if dbus_connection_read_write(raw, Int32(min(left, 0.1) * 1000) + 1) == 0 { break }
         }
+        // Unlike dbus_connection_flush, read_write does not report the dispatch status: what it
+        // read (or a disconnect it met) would wait for the next read.
+        dispatchIfNeeded()
     }
 
     // MARK: - Sending

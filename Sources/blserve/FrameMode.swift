@@ -86,13 +86,15 @@ final class FrameMode: ServeMode {
             call.reply([])
             return
         }
-        // All centrals together may not make blserve hold more than --max-buffered: no new
-        // frame then (the one being written may end), as when this central's queue is full.
-        let full = heldRequestBytes + heldReplyBytes >= config.maxBuffered
+        // All centrals together may not make blserve hold more than --max-buffered: then a
+        // central holding its share or more starts no new frame (the one being written may
+        // end), as when its queue is full. Centrals under their share are not held back.
+        let full = heldRequestBytes + heldReplyBytes >= config.maxBuffered && c.requestBytes + c.heldBytes >= fairShare
         let slots = full ? 0 : config.maxQueue - c.outstanding
         switch c.reassembler.write(value, offset: options.offset, slots: slots, retryable: call.expectsReply) {
         case .failure(let refusal):
-            let why = refusal == .busy && full ? "blserve holds --max-buffered \(config.maxBuffered) bytes for all centrals" : "\(refusal)"
+            let why = refusal == .busy && full
+                ? "blserve holds --max-buffered \(config.maxBuffered) bytes for all centrals, \(c.requestBytes + c.heldBytes) of them for this one" : "\(refusal)"
             server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(why)")
             call.fail(refusal.dbusError)
         case .success(let requests):
@@ -146,7 +148,9 @@ final class FrameMode: ServeMode {
         c.replies.removeAll()
         c.reassembler.reset()
         forgetIfDone(c)
-        dispatchWaiting()
+        // Its room goes to requests waiting for it, once every central that goes now has gone
+        // (bluetoothd leaving drops them one after the other).
+        server.loop.callSoon { [weak self] in self?.dispatchWaiting() }
     }
 
     /// Removes a dropped central once nothing refers to it any more (push jobs in the notifier).
@@ -168,8 +172,11 @@ final class FrameMode: ServeMode {
 
     /// Request bytes held for all centrals (counted against --max-buffered with the replies).
     var heldRequestBytes: Int { centrals.values.reduce(0) { $0 + $1.requestBytes } }
-    /// Reply bytes held for all centrals: from --max-buffered on, no request runs.
+    /// Reply bytes held for all centrals: from --max-buffered on, the requests of centrals
+    /// holding their share or more wait.
     var heldReplyBytes: Int { centrals.values.reduce(0) { $0 + $1.heldBytes } }
+    /// A connected central's share of --max-buffered.
+    var fairShare: Int { max(1, config.maxBuffered / max(1, server.peripheral.connectedCentrals.count)) }
 
     /// Runs the next request of `first`, then of every central whose request waits for room
     /// (a read or a disconnect may have brought all centrals' replies under --max-buffered).
@@ -181,14 +188,15 @@ final class FrameMode: ServeMode {
     private func dispatch(_ c: Central) {
         guard c.running == nil, !c.pending.isEmpty, !server.stopping else { return }
         // A central that does not take its replies must not make blserve hold ever more of them:
-        // its next request waits (still counted against --max-queue) until it reads. So do all
-        // centrals' requests while their replies together reach --max-buffered.
-        let held = c.heldBytes < config.maxHeld ? heldReplyBytes : c.heldBytes
-        guard c.heldBytes < config.maxHeld && held < config.maxBuffered else {
+        // its next request waits (still counted against --max-queue) until it reads. So does
+        // that of a central holding its share or more while all centrals' replies together
+        // reach --max-buffered.
+        let overHeld = c.heldBytes >= config.maxHeld
+        guard !overHeld && !(c.heldBytes >= fairShare && heldReplyBytes >= config.maxBuffered) else {
             if !c.waitingForRoom {
                 c.waitingForRoom = true
-                let whose = c.heldBytes >= config.maxHeld ? "" : " for all centrals (--max-buffered)"
-                server.debug("\(Server.centralName(c.device)): \(held) reply bytes unsent\(whose); its next request waits")
+                let whose = overHeld ? "" : " (all centrals: \(heldReplyBytes), --max-buffered)"
+                server.debug("\(Server.centralName(c.device)): \(c.heldBytes) reply bytes unsent\(whose); its next request waits")
             }
             return
         }

@@ -163,6 +163,11 @@ final class RawMode: ServeMode {
     private func dropping(_ s: Session, _ call: IncomingCall) {
         if !call.expectsReply {
             s.broken = true
+            // Held for a COMMAND that would start (exit grace): nothing starts for it now.
+            if s.process?.status != nil {
+                s.held = []
+                s.heldUnanswered = false
+            }
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input "
                       + "ends after \(s.bytesIn) bytes; writes are dropped until the central connects again")
             if s.stdin != nil { endInputOnceWritten(s) }

@@ -37,8 +37,10 @@ final class Server {
     /// The ATT MTU last seen in a call from each central (device path).
     private(set) var mtus: [String: Int] = [:]
     private(set) var stopping = false
-    /// The central StartNotify came for: the only one connected then. nil when that was not
-    /// known (several connected) or it has disconnected since.
+    /// The central the last StartNotify came for: the only one connected then. nil when that
+    /// was not known (several connected), when notifications went off, or when it disconnected
+    /// without being bonded (a bonded central's subscription outlives its link, and bluetoothd
+    /// does not ask again when it comes back).
     private(set) var startNotifySubscriber: String?
     private var lastState: Peripheral.State = .stopped
     private var exitError: ToolError?
@@ -108,19 +110,24 @@ final class Server {
                 if let device = options.device { self.mtus[device] = options.mtu }
             }
         }
+        notifyCharacteristic.onStartNotify = { [unowned self] in
+            // bluetoothd says which central subscribes only with a socket (AcquireNotify);
+            // StartNotify comes for a central enabling notifications, whoever it is.
+            let connected = self.peripheral.connectedDevices
+            self.startNotifySubscriber = connected.count == 1 ? connected.first : nil
+        }
         notifyCharacteristic.onNotifyingChanged = { [unowned self] on in
             self.debug("notifications \(on ? "on" : "off")")
-            // bluetoothd says which central subscribes only with a socket (AcquireNotify);
-            // StartNotify comes for the first subscriber, whoever it is.
-            let sole = self.peripheral.connectedDevices.count == 1 ? self.peripheral.connectedDevices.first : nil
-            self.startNotifySubscriber = on && !self.notifyCharacteristic.hasNotifySockets ? sole : nil
+            if !on { self.startNotifySubscriber = nil }
             self.mode.notifyingChanged(on)
         }
         peripheral.onConnectionChange = { [unowned self] device, connected in
             self.debug("\(Self.centralName(device)) \(connected ? "connected" : "disconnected")")
             if !connected {
                 self.mtus[device] = nil
-                if self.startNotifySubscriber == device { self.startNotifySubscriber = nil }
+                if self.startNotifySubscriber == device, !self.peripheral.bondedDevices.contains(device) {
+                    self.startNotifySubscriber = nil
+                }
                 for c in self.application.characteristics where c.offersNotifySocket { c.centralDisconnected(device) }
             }
             self.mode.connectionChanged(device: device, connected: connected)
@@ -189,13 +196,13 @@ final class Server {
 
     /// Bytes per notification towards `device`; nil: towards every subscriber. bluetoothd names
     /// only the first subscriber (BlueZ 5.66 asks for one notification socket), so the value
-    /// must fit every connected central: the smallest of their MTUs, and the MTU-less size (20)
-    /// while any of them has not shown its MTU yet. A longer one would reach that central cut
-    /// short, and nothing would say so.
+    /// must fit every connected central (any device connected over LE): the smallest of their
+    /// MTUs, and the MTU-less size (20) while any of them has not shown its MTU yet. A longer
+    /// one would reach that central cut short, and nothing would say so.
     func notificationSize(for device: String?) -> Int {
         if let device { return config.notificationSize(mtu: mtus[device]) }
         var smallest: Int?
-        for central in peripheral.connectedDevices {
+        for central in peripheral.connectedCentrals {
             guard let mtu = mtus[central] else { return config.notificationSize(mtu: nil) }
             smallest = min(smallest ?? mtu, mtu)
         }

@@ -231,8 +231,6 @@ final class DBusConnectionTests: BusTestCase {
         XCTAssertEqual(loop.watchCount, 0, "libdbus removed its watches from the loop")
     }
 
-    /// dbus_bus_get_private() turns exit-on-disconnect on; if it stayed on, killing the bus would
-    /// _exit this test process.
     /// flush() gives up after its timeout when the bus takes nothing (here: stopped), instead
     /// of keeping an ending process for ever.
     func testFlushIsBoundedWhenTheBusTakesNothing() throws {
@@ -251,6 +249,8 @@ final class DBusConnectionTests: BusTestCase {
         XCTAssertLessThan(took, 3)
     }
 
+    /// dbus_bus_get_private() turns exit-on-disconnect on; if it stayed on, killing the bus would
+    /// _exit this test process.
     func testSystemBusHonoursTheAddressVariableAndSurvivesTheBusExiting() throws {
         setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address, 1)
         defer { unsetenv("DBUS_SYSTEM_BUS_ADDRESS") }

@@ -239,6 +239,17 @@ final class FakeBluetoothd {
         _ = try connection.callAndWait(destination: serverName, path: "/", interface: DBusInterfaceName.peer, member: "Ping", timeout: 5)
     }
 
+    /// Emits Device1.Paired for `device` (a bonded central's subscriptions outlive its link).
+    func setPaired(_ device: String, _ paired: Bool) throws {
+        try setDeviceProperties(device, ["Paired": .bool(paired)])
+    }
+
+    /// Emits a PropertiesChanged of Device1 for `device`, and waits until the server has seen it.
+    func setDeviceProperties(_ device: String, _ changed: [String: DBusValue]) throws {
+        try tree.emitPropertiesChanged(path: device, interface: BlueZ.deviceInterface, changed: changed)
+        _ = try connection.callAndWait(destination: serverName, path: "/", interface: DBusInterfaceName.peer, member: "Ping", timeout: 5)
+    }
+
     func clearNotifications() {
         notifications.removeAll()
         notificationSources.removeAll()

@@ -285,30 +285,51 @@ final class ServerBusTests: XCTestCase {
     }
 
     /// --max-buffered bounds what all centrals together make blserve hold: with their replies
-    /// at the limit, a new frame is refused (0x82) and a request already received waits, until
-    /// a central reads; then the waiting one runs, whoever read.
-    func testMaxBufferedBoundsAllCentralsTogether() throws {
-        // Replies of 88 bytes (cat echoes 80); 170 bytes for everyone.
+    /// at the limit, a central holding its share or more starts no new frame (0x82) and its
+    /// request already received waits, until a central reads; one under its share goes on.
+    func testMaxBufferedHoldsBackCentralsOverTheirShare() throws {
+        // Replies of 88 bytes (cat echoes 80); 170 bytes for three centrals: 56 each.
         try start(["--max-buffered", "170", "cat"])
+        let c = FakeBluetoothd.device(3)
+        for d in [a, b, c] { try bluez.setConnected(d, true) }
         let body = String(repeating: "x", count: 79)
         let frameMode = try XCTUnwrap(server.mode as? FrameMode)
         ok(bluez.write(frame("T", body + "a"), from: a))
         XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 88 }, timeout: 10))
         // Two frames in one write (taken: 88 bytes were held before it): the first runs, and
-        // its reply takes all replies to 176; the second then waits although b's own replies
-        // are far from --max-held.
+        // its reply takes all replies to 176; the second then waits, though b's own replies are
+        // far from --max-held.
         ok(bluez.write(frame("T", body + "1") + frame("T", body + "2"), from: b))
         XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 176 }, timeout: 10))
         settle(1)
         XCTAssertEqual(frameMode.heldReplyBytes, 176, "b's second request ran beyond --max-buffered")
-        // A third central's new frame is refused: 176 + 88 bytes are held.
-        let c = FakeBluetoothd.device(3)
-        XCTAssertEqual(refusal(bluez.write(frame("T", "c"), from: c)), "0x82")
-        // a takes its reply: b's waiting request runs; once b has read too, c may write again.
-        XCTAssertEqual(reply(for: a, bytes: 88), "T0000080" + body + "a")
-        XCTAssertEqual(reply(for: b, bytes: 176), "T0000080" + body + "1" + "T0000080" + body + "2")
+        // b, over its share, starts no new frame; c, under it, is served.
+        XCTAssertEqual(refusal(bluez.write(frame("T", "3"), from: b)), "0x82")
         ok(bluez.write(frame("T", "c"), from: c))
         XCTAssertEqual(reply(for: c), "T0000001c")
+        // a takes its reply: b's waiting request runs.
+        XCTAssertEqual(reply(for: a, bytes: 88), "T0000080" + body + "a")
+        XCTAssertEqual(reply(for: b, bytes: 176), "T0000080" + body + "1" + "T0000080" + body + "2")
+    }
+
+    /// When bluetoothd (or the adapter) goes, every central goes with it: the room one of
+    /// them leaves must not start a waiting request of another that is going too.
+    func testCentralsGoingTogetherStartNoWaitingRequest() throws {
+        let runs = try scratchDirectory() + "/runs"
+        try start(["--max-buffered", "100", "sh", "-c", "cat; echo x >> \(runs)"])
+        for d in [a, b] { try bluez.setConnected(d, true) }
+        let body = String(repeating: "x", count: 80)
+        let frameMode = try XCTUnwrap(server.mode as? FrameMode)
+        ok(bluez.write(frame("T", body), from: a))
+        XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 88 }, timeout: 10))
+        ok(bluez.write(frame("T", body) + frame("T", body), from: b))
+        XCTAssertTrue(loop.run(until: { frameMode.heldReplyBytes == 176 }, timeout: 10))
+        settle(0.5)
+        XCTAssertTrue(server.children.isIdle)
+        try bluez.removeAdapter()
+        XCTAssertFalse(loop.run(until: { !self.server.children.isIdle }, timeout: 1.5),
+                       "a request was started for a central that was going")
+        XCTAssertEqual(lines(runs).count, 2)
     }
 
     func testMaxHeldHoldsTheNextRequestUntilTheCentralReads() throws {
@@ -361,6 +382,7 @@ final class ServerBusTests: XCTestCase {
         try bluez.startNotify()
         ok(bluez.write(frame("T", "b"), from: b))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications == [Array("T0000001b".utf8)] }, timeout: 5))
+        try bluez.setPaired(b, true)
         try bluez.setConnected(b, false)  // bonded: its subscription stays
         XCTAssertTrue(server.notifyCharacteristic.notifying)
         try bluez.setConnected(a, true)
@@ -376,6 +398,33 @@ final class ServerBusTests: XCTestCase {
         bluez.clearNotifications()
         ok(bluez.write(frame("T", "a2"), from: a))
         XCTAssertEqual(reply(for: a), "T0000002a2")
+    }
+
+    /// A bonded central's subscription outlives its link and bluetoothd does not ask again when
+    /// it comes back: it is still pushed to. A central subscribing later, alone, is known by
+    /// its own StartNotify (bluetoothd makes one for every central that enables notifications).
+    func testPushReachesABondedSubscriberBackAloneAndALaterSubscriber() throws {
+        try start(["--reply", "push", "cat"])
+        try bluez.setPaired(b, true)
+        try bluez.setConnected(b, true)
+        try bluez.startNotify()
+        ok(bluez.write(frame("T", "1"), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications == [Array("T00000011".utf8)] }, timeout: 5))
+        try bluez.setConnected(b, false)
+        try bluez.setConnected(b, true)
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "2"), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications == [Array("T00000012".utf8)] }, timeout: 5),
+                      "the bonded central back alone was not pushed to: \(bluez.notifications)")
+        XCTAssertEqual(bluez.readAll(from: b), [])
+
+        try bluez.setConnected(b, false)
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        bluez.clearNotifications()
+        ok(bluez.write(frame("T", "3"), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications == [Array("T00000013".utf8)] }, timeout: 5),
+                      "a central that subscribed alone was not pushed to: \(bluez.notifications)")
     }
 
     func testDisconnectDropsTheCentralsState() throws {
@@ -981,6 +1030,15 @@ final class ServerBusTests: XCTestCase {
         try bluez.startNotify(device: a, mtu: 517)
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
         XCTAssertEqual(bluez.notifications.first?.count, 300, "the subscriber's MTU (517) allows 300 bytes at once")
+
+        // A keyboard connected over BR/EDR is no central of ours: the size stays.
+        let keyboard = FakeBluetoothd.device(4)
+        try bluez.setDeviceProperties(keyboard, ["AddressType": .string("public"), "Class": .uint32(0x2540)])
+        try bluez.setConnected(keyboard, true)
+        settle(0.5)
+        bluez.clearNotifications()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        XCTAssertEqual(bluez.notifications.first?.count, 300, "a BR/EDR device counted as a central")
 
         // A second central connects: its MTU is not known, so 20 until it shows one.
         try bluez.setConnected(b, true)
