@@ -120,9 +120,9 @@ public enum Tool {
             // --help and --version win over other mistakes on the same line (before a `--`,
             // or for a tool whose first operand ends its options, before that: after them
             // they are operands).
-            let options = arguments.prefix { $0 != "--" && (!spec.operandsEndOptions || $0.hasPrefix("-")) }
-            if options.contains("--help") || options.contains("-h") { printHelp(spec) }
-            if options.contains("--version") { printVersion(spec) }
+            let leading = arguments.prefix { $0 != "--" && (!spec.operandsEndOptions || $0.hasPrefix("-")) }
+            if leading.contains("--help") || leading.contains("-h") { printHelp(spec) }
+            if leading.contains("--version") { printVersion(spec) }
             exit(.usage, "\(error.message); try '\(spec.name) --help'")
         }
         if options.has("help") { printHelp(spec) }

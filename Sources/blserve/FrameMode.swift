@@ -89,7 +89,8 @@ final class FrameMode: ServeMode {
         // All centrals together may not make blserve hold more than --max-buffered: then a
         // central holding its share or more starts no new frame (the one being written may
         // end), as when its queue is full. Centrals under their share are not held back.
-        let full = heldRequestBytes + heldReplyBytes >= config.maxBuffered && c.requestBytes + c.heldBytes >= fairShare
+        // (This central's share first: all centrals' totals are summed only when it is reached.)
+        let full = c.requestBytes + c.heldBytes >= fairShare && heldRequestBytes + heldReplyBytes >= config.maxBuffered
         let slots = full ? 0 : config.maxQueue - c.outstanding
         switch c.reassembler.write(value, offset: options.offset, slots: slots, retryable: call.expectsReply) {
         case .failure(let refusal):

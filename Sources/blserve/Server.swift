@@ -313,12 +313,14 @@ extension Server {
             // No adapter at all yet (at boot, a Raspberry Pi's controller is attached after
             // bluetoothd has started): a server waits for one, as it does when one goes away.
             var delay = Peripheral.retryInterval
-            while try client.managedObjects().adapters.isEmpty {
+            var objects = try client.managedObjects()
+            while objects.adapters.isEmpty {
                 if delay == Peripheral.retryInterval { Tool.warn("no Bluetooth adapter yet: waiting for one") }
                 loop.sleep(delay)
                 delay = min(delay * 2, Peripheral.longestRetryInterval)
+                objects = try client.managedObjects()
             }
-            adapter = try client.adapter(named: config.adapter)
+            adapter = try client.adapter(named: config.adapter, in: objects)
         } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
             throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")

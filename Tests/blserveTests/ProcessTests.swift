@@ -45,6 +45,32 @@ final class ProcessTests: XCTestCase {
         return (child, { String(decoding: text, as: UTF8.self) })
     }
 
+    /// A shell fragment for a handler that has read its body into `b`: for the body "slow",
+    /// it writes its pid to `pidFile` and sleeps a minute.
+    private func slowWhenAsked(_ pidFile: String) -> String {
+        "[ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60"
+    }
+
+    /// Writes a "slow" request from `device` and returns the pid of its handler (see
+    /// ``slowWhenAsked(_:)``) once it runs.
+    private func startSlowHandler(_ bluez: FakeBluetoothd, from device: String, pidFile: String) -> pid_t? {
+        _ = bluez.write(Array("T0000004slow".utf8), from: device)
+        var pid: pid_t?
+        XCTAssertTrue(loop.run(until: {
+            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            return pid != nil
+        }, timeout: 10), "the slow handler did not start")
+        return pid
+    }
+
+    /// Process `pid` (gone, or a zombie left to whoever inherited it) ends within 3 s; killed
+    /// if it does not.
+    private func assertEnds(_ pid: pid_t?, _ message: String, file: StaticString = #filePath, line: UInt = #line) {
+        guard let pid else { return }
+        XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 3), message, file: file, line: line)
+        if isAlive(pid) { kill(pid, SIGKILL) }
+    }
+
     private func finish(_ child: Subprocess, timeout: Double = 10) -> ProcessStatus? {
         _ = loop.run(until: { child.status != nil }, timeout: timeout)
         return child.status
@@ -173,7 +199,7 @@ final class ProcessTests: XCTestCase {
         self.bus = bus
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
         let pidFile = try scratchDirectory() + "/slow.pid"
-        let script = "b=$(cat); [ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60; env | grep '^BL_' | sort"
+        let script = "b=$(cat); \(slowWhenAsked(pidFile)); env | grep '^BL_' | sort"
         let (child, stderr) = try start(["-v", "--prestart", "--", "sh", "-c", script], busAddress: bus.address,
                                         environment: [("BL_CODE", "INHERITED"), ("BL_SIZE", "999"), ("BL_DEVICE", "nobody"), ("BL_MTU", "1")])
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
@@ -189,19 +215,11 @@ final class ProcessTests: XCTestCase {
                            "BL_ADAPTER=hci0\nBL_DEVICE=00:00:00:00:00:01\nBL_MTU=185\n")
         }
 
-        _ = bluez.write(Array("T0000004slow".utf8), from: a)
-        var handlerPID: pid_t?
-        XCTAssertTrue(loop.run(until: {
-            handlerPID = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            return handlerPID != nil
-        }, timeout: 10), "the slow handler did not start")
+        let handlerPID = startSlowHandler(bluez, from: a, pidFile: pidFile)
         child.signal(SIGHUP)
         XCTAssertEqual(finish(child), .exited(0), stderr())
         XCTAssertTrue(bluez.applications.isEmpty, "the application is still registered")
-        if let pid = handlerPID {
-            XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 3), "the handler running at SIGHUP is still alive")
-            if isAlive(pid) { kill(pid, SIGKILL) }
-        }
+        assertEnds(handlerPID, "the handler running at SIGHUP is still alive")
     }
 
     /// Started before any adapter exists (a controller attached after bluetoothd, at boot),
@@ -227,7 +245,7 @@ final class ProcessTests: XCTestCase {
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
         let pidFile = try scratchDirectory() + "/slow.pid"
         let (child, stderr) = try start(["-v", "-n", "life", "--", "sh", "-c",
-                                         "b=$(cat); [ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60; printf %s \"$b\""],
+                                         "b=$(cat); \(slowWhenAsked(pidFile)); printf %s \"$b\""],
                                         busAddress: bus.address)
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
         let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
@@ -242,12 +260,7 @@ final class ProcessTests: XCTestCase {
         XCTAssertTrue(stderr().contains("00:00:00:00:00:01: T 4 bytes: exit status 0, reply T 4 bytes"), stderr())
 
         // A handler that is still running when SIGTERM comes is ended, and blserve unregisters.
-        _ = bluez.write(Array("T0000004slow".utf8), from: a)
-        var handlerPID: pid_t?
-        XCTAssertTrue(loop.run(until: {
-            handlerPID = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            return handlerPID != nil
-        }, timeout: 10), "the slow handler did not start")
+        let handlerPID = startSlowHandler(bluez, from: a, pidFile: pidFile)
         let stopped = MonotonicClock.seconds()
         child.signal(SIGTERM)
         XCTAssertEqual(finish(child), .exited(0), stderr())
@@ -255,9 +268,6 @@ final class ProcessTests: XCTestCase {
         XCTAssertTrue(bluez.applications.isEmpty, "the application is still registered")
         XCTAssertTrue(bluez.advertisements.isEmpty, "the advertisement is still registered")
         // Gone, or a zombie waiting for whoever inherited it.
-        if let pid = handlerPID {
-            XCTAssertTrue(loop.run(until: { !isAlive(pid) }, timeout: 3), "the handler running at SIGTERM is still alive")
-            if isAlive(pid) { kill(pid, SIGKILL) }
-        }
+        assertEnds(handlerPID, "the handler running at SIGTERM is still alive")
     }
 }
