@@ -223,7 +223,8 @@ public final class EventLoop {
     /// Calls `handler` after `seconds` (monotonic clock), then every `repeating` seconds if given.
     ///
     /// Timers due in the same turn fire in deadline order (ties in scheduling order). A repeating
-    /// timer that falls behind skips the missed periods instead of firing in a burst.
+    /// timer that falls behind skips the missed periods instead of firing in a burst, and fires at
+    /// most once per period even when a nested run inside another handler has fired it already.
     @discardableResult
     public func schedule(after seconds: Double, repeating: Double? = nil, _ handler: @escaping () -> Void) -> TimerToken {
         let now = MonotonicClock.nanoseconds()
@@ -450,7 +451,9 @@ public final class EventLoop {
         while i < dueByDepth[depthIndex].count {
             let t = dueByDepth[depthIndex][i]
             i += 1
-            if t.cancelled || t.busy { continue }
+            // A handler before this one may have run a nested turn that fired this timer already
+            // (a one-shot one is then cancelled, a repeating one is due again only later).
+            if t.cancelled || t.busy || t.deadline > now { continue }
             if let interval = t.interval {
                 var next = t.deadline &+ interval
                 if next <= now { next = now &+ interval }

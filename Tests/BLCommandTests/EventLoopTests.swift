@@ -93,6 +93,24 @@ final class EventLoopTests: XCTestCase {
         XCTAssertEqual(count, 5)
     }
 
+    func testARepeatingTimerFiredByANestedTurnIsNotFiredAgainByTheOuterOne() {
+        let loop = EventLoop()
+        var repeats = 0
+        var nestedDone = false
+        // Both due in the first turn: the first runs a nested loop, in which the second fires and
+        // moves its deadline a second on. The outer turn must not fire it again from its stale list.
+        loop.schedule(after: 0.001) {
+            _ = loop.run(until: { false }, timeout: 0.02)
+            nestedDone = true
+        }
+        let token = loop.schedule(after: 0.002, repeating: 1.0) { repeats += 1 }
+        usleep(10_000)
+        XCTAssertTrue(loop.run(until: { nestedDone }, timeout: 2))
+        _ = loop.run(until: { false }, timeout: 0.05)
+        loop.cancel(token)
+        XCTAssertEqual(repeats, 1, "fired twice within one period")
+    }
+
     // MARK: Watches
 
     func testWatchOnPipeReportsReadableThenHangup() {
