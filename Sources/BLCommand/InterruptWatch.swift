@@ -8,7 +8,8 @@ import Musl
 /// (unsubscribe, disconnect what it connected) instead of dying mid-operation. Until
 /// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up; a
 /// handler set after a signal came runs at once (a wait whose failure was ignored must not
-/// hide the signal). A second signal ends the process at once with 128 + the signal number.
+/// hide the signal). A second signal ends the process at once with 128 + the signal number,
+/// after `onSecondInterrupt` (e.g. to kill child processes) and the queued diagnostics.
 /// A signal the process started with ignored (`nohup`) is left so (``Signals/ignoredAtStart(_:)``).
 public final class InterruptWatch {
     public var onInterrupt: (() -> Void)? {
@@ -16,22 +17,32 @@ public final class InterruptWatch {
             if received != nil, let handler = onInterrupt { handler() }
         }
     }
+    /// Called with the second signal, just before the process exits.
+    public var onSecondInterrupt: ((Int32) -> Void)?
     public private(set) var received: Int32?
+    /// Why a signal could not be watched (it then keeps its default action), if one could not.
+    public private(set) var setupError: Errno?
     private var tokens: [SignalToken] = []
 
     public init(loop: EventLoop, signals: [Int32] = Signals.interruptSignals) {
         for signo in Signals.notIgnoredAtStart(signals) {
-            if let token = try? loop.onSignal(signo, { [weak self, weak loop] info in
-                guard let self else { return }
-                if self.received != nil { exit(128 + info.signal) }
-                self.received = info.signal
-                if let handler = self.onInterrupt {
-                    handler()
-                } else {
-                    loop?.stop()
-                }
-            }) {
-                tokens.append(token)
+            do {
+                tokens.append(try loop.onSignal(signo) { [weak self, weak loop] info in
+                    guard let self else { return }
+                    if self.received != nil {
+                        self.onSecondInterrupt?(info.signal)
+                        Tool.finishDiagnostics()
+                        exit(128 + info.signal)
+                    }
+                    self.received = info.signal
+                    if let handler = self.onInterrupt {
+                        handler()
+                    } else {
+                        loop?.stop()
+                    }
+                })
+            } catch {
+                if setupError == nil { setupError = error }
             }
         }
     }

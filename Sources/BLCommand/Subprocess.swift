@@ -347,6 +347,15 @@ public final class ChildProcesses {
         for child in children { child.signalGroup(SIGKILL) }
         _ = loop.run(until: done, timeout: 2)
     }
+
+    /// Sends SIGKILL to the process group of every running child at once, without reaping them
+    /// (for a process about to exit). Children still being started are killed as soon as they
+    /// are, for up to `startTimeout` seconds.
+    public func killAll(startTimeout: Double = 1) {
+        for process in starting.values { process.cancel() }
+        for child in children { child.signalGroup(SIGKILL) }
+        if !starting.isEmpty { _ = loop.run(until: { [unowned self] in self.starting.isEmpty }, timeout: startTimeout) }
+    }
 }
 
 /// Everything `posix_spawn` needs for one child, in memory of its own that stays put until the

@@ -233,20 +233,25 @@ final class Server {
 
     // MARK: - Running
 
-    /// Registers and serves until SIGINT, SIGTERM or SIGHUP (or, in stream mode, the end of COMMAND). One
-    /// that blserve started with ignored (`nohup`, a background job) stays ignored.
-    func run() throws(ToolError) {
+    /// Registers and serves until SIGINT, SIGTERM or SIGHUP (or, in stream mode, the end of COMMAND),
+    /// watched through `interrupts`. One that blserve started with ignored (`nohup`, a background
+    /// job) stays ignored.
+    func run(interrupts: InterruptWatch) throws(ToolError) {
         // SIGHUP too: a closed terminal must not leave the commands (in process groups of
         // their own, so the hangup does not reach them) running unsupervised.
-        for signal in Signals.notIgnoredAtStart(Signals.interruptSignals) {
-            do {
-                try loop.onSignal(signal) { [unowned self] info in
-                    self.debug("\(ProcessStatus.signalName(info.signal) ?? "signal"): stopping")
-                    self.shutdown()
-                }
-            } catch {
-                throw ToolError(.osError, "cannot handle signals: \(error)")
-            }
+        interrupts.onSecondInterrupt = { [unowned self] signal in
+            // A second signal while the first one's shutdown waits (for commands that ignore
+            // SIGTERM, for bluetoothd): end now. bluetoothd drops the application and the
+            // advertisement with blserve's bus connection.
+            Tool.warn("\(ProcessStatus.signalName(signal) ?? "signal \(signal)") while stopping: ending at once")
+            self.children.killAll()
+        }
+        interrupts.onInterrupt = { [unowned self, unowned interrupts] in
+            let signal = interrupts.received ?? 0
+            self.debug("\(ProcessStatus.signalName(signal) ?? "signal \(signal)"): stopping")
+            // Not from the signal's handler: the shutdown runs the loop while it waits, and a
+            // signal that comes meanwhile must reach that handler again.
+            self.loop.callSoon { [unowned self] in self.shutdown() }
         }
         var firstError: DBusError?
         peripheral.onRegistrationError = { [unowned self] error in
@@ -307,25 +312,34 @@ extension Server {
         }
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        let client = try BlueZClient(loop: loop)
-        let adapter: Adapter
+        // Watched from the start: a signal before the registration ends blserve as cleanly (exit
+        // 0) as one after it.
+        let interrupts = InterruptWatch(loop: loop)
+        if let error = interrupts.setupError { throw ToolError(.osError, "cannot handle signals: \(error)") }
+        let server: Server
         do {
+            let client = try BlueZClient(loop: loop)
+            var objects = try client.managedObjects()
             // No adapter at all yet (at boot, a Raspberry Pi's controller is attached after
             // bluetoothd has started): a server waits for one, as it does when one goes away.
             var delay = Peripheral.retryInterval
-            var objects = try client.managedObjects()
             while objects.adapters.isEmpty {
                 if delay == Peripheral.retryInterval { Tool.warn("no Bluetooth adapter yet: waiting for one") }
                 loop.sleep(delay)
+                if interrupts.received != nil { return }
                 delay = min(delay * 2, Peripheral.longestRetryInterval)
                 objects = try client.managedObjects()
             }
-            adapter = try client.adapter(named: config.adapter, in: objects)
+            let adapter = try client.adapter(named: config.adapter, in: objects)
+            server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)
+        } catch where interrupts.received != nil {
+            return  // the signal stopped a wait: not a failure
         } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
             throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")
         }
-        let server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)
-        try server.run()
+        // A signal seen by a wait that still succeeded stopped the loop all the same.
+        if interrupts.received != nil { return }
+        try server.run(interrupts: interrupts)
     }
 }

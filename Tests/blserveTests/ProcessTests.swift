@@ -222,6 +222,31 @@ final class ProcessTests: XCTestCase {
         assertEnds(handlerPID, "the handler running at SIGHUP is still alive")
     }
 
+    /// A second signal while the first one's shutdown waits for a command that ignores SIGTERM
+    /// ends blserve at once (status 128 + the signal), its commands killed.
+    func testASecondSignalEndsAtOnce() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        let pidFile = try scratchDirectory() + "/slow.pid"
+        let (child, stderr) = try start(["-v", "--", "sh", "-c", "trap '' TERM; b=$(cat); \(slowWhenAsked(pidFile))"],
+                                        busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
+        try bluez.watchNotifications(of: String(owner))
+        let handlerPID = startSlowHandler(bluez, from: FakeBluetoothd.device(1), pidFile: pidFile)
+        child.signal(SIGTERM)
+        // The first signal's shutdown gives the command 2 s before SIGKILL.
+        _ = loop.run(until: { child.status != nil }, timeout: 0.5)
+        XCTAssertNil(child.status, "blserve did not wait for its command: \(stderr())")
+        let second = MonotonicClock.seconds()
+        child.signal(SIGINT)
+        XCTAssertEqual(finish(child), .exited(128 + SIGINT), stderr())
+        XCTAssertLessThan(MonotonicClock.seconds() - second, 1.2, "the second signal waited for the shutdown")
+        XCTAssertTrue(stderr().contains("blserve: SIGINT while stopping: ending at once"), stderr())
+        assertEnds(handlerPID, "the command running at the second signal is still alive")
+    }
+
     /// Started before any adapter exists (a controller attached after bluetoothd, at boot),
     /// blserve waits for one instead of failing.
     func testWaitsForAnAdapterAtStart() throws {
@@ -229,6 +254,12 @@ final class ProcessTests: XCTestCase {
         self.bus = bus
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
         try bluez.removeAdapter()
+        // A signal while it waits ends it as cleanly as one after the registration.
+        let (early, earlyStderr) = try start(["cat"], busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { earlyStderr().contains("waiting for one") }, timeout: 10), earlyStderr())
+        early.signal(SIGTERM)
+        XCTAssertEqual(finish(early), .exited(0), earlyStderr())
+
         let (child, stderr) = try start(["-v", "cat"], busAddress: bus.address)
         XCTAssertTrue(loop.run(until: { stderr().contains("no Bluetooth adapter yet: waiting for one") }, timeout: 10), stderr())
         _ = loop.run(until: { child.status != nil }, timeout: 1)
