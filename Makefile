@@ -58,7 +58,7 @@ test: deps
 
 # Everything BLE runs in one VM boot against the real bluetoothd, with the release binaries.
 BENCH_ENV = env BL_BIN=$(CURDIR)/.build/bin
-# The suite takes about 12-16 minutes; tests are bounded at 200 s each. Leave room in CI's 45.
+# The suite takes about 12-20 minutes; tests are bounded at 200 s each. Leave room in CI's 45.
 BENCH_TIMEOUT ?= 1800
 
 check: test build

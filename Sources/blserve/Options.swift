@@ -42,8 +42,8 @@ enum BlserveCommand {
         operandsEndOptions: true,
         epilog: """
         environment of COMMAND: BL_CODE and BL_SIZE (frame mode without --prestart: the request's
-        code and body size), BL_DEVICE (the central's address), BL_ADAPTER (hci0…), BL_MTU (the
-        central's ATT MTU).
+        code and body size), BL_DEVICE and BL_MTU (not in stream mode: the central's address and
+        ATT MTU, 23 until known), BL_ADAPTER (hci0…).
 
         --prestart: a request then finds COMMAND started and waiting for its stdin, which saves
         the start of a process from its reply time. COMMAND must do nothing before reading its
@@ -57,9 +57,10 @@ enum BlserveCommand {
           blserve --mode raw --nus --allow AA:BB:CC:DD:EE:FF --secure -- /bin/sh -i
           blserve --mode stream --chunk 20 --eom -- cat story.txt
 
-        exit status: 0 after SIGINT or SIGTERM (or, in stream mode, when COMMAND's output was
-        sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter, bluetoothd or system bus,
-        or COMMAND not found, 71 signals cannot be handled, 74 registration failed.
+        exit status: 0 after SIGINT, SIGTERM or SIGHUP (or, in stream mode, when COMMAND's output
+        was sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter of that name, no
+        bluetoothd or system bus, COMMAND not found, or not registered within 30 s, 71 signals
+        cannot be handled, 74 registration refused, 128 + N a second signal N while stopping.
         """
     )
 }
