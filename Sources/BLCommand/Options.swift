@@ -13,21 +13,17 @@ public struct OptionSpec: Sendable {
     public var value: String?
     /// One-line help text.
     public var help: String
-    /// Values offered by shell completions, if the value is one of a fixed set.
+    /// The words the value must be one of (read back with ``ParsedOptions/choice(_:)``); empty
+    /// for a free value.
     public var choices: [String]
-    /// What completions offer for a free value: files, directories, or nothing special.
-    public var completes: Completion
-
-    public enum Completion: Sendable { case none, file, directory, command }
 
     public init(_ long: String, short: Character? = nil, value: String? = nil, choices: [String] = [],
-                completes: Completion = .none, help: String) {
+                help: String) {
         self.long = long
         self.short = short
         self.value = value
         self.help = help
         self.choices = choices
-        self.completes = completes
     }
 
     public var takesValue: Bool { value != nil }
@@ -81,6 +77,8 @@ public struct ParsedOptions: Sendable {
     /// Flags and options in the order given, for tools where order matters.
     public private(set) var order: [String] = []
     public var operands: [String] = []
+    /// The spec's fixed sets of values, by long name.
+    var choicesByName: [String: [String]] = [:]
 
     mutating func add(_ long: String, _ value: String) {
         values[long, default: []].append(value)
@@ -131,9 +129,11 @@ public struct ParsedOptions: Sendable {
         return value
     }
 
-    /// One of a fixed set of words, or nil when absent.
-    public func choice(_ long: String, of choices: [String]) throws(UsageError) -> String? {
+    /// One of the option's ``OptionSpec/choices``, or nil when absent.
+    public func choice(_ long: String) throws(UsageError) -> String? {
         guard let text = string(long) else { return nil }
+        let choices = choicesByName[long] ?? []
+        precondition(!choices.isEmpty, "--\(long) has no choices in its OptionSpec")
         guard choices.contains(text) else {
             throw UsageError("--\(long) wants one of \(choices.joined(separator: ", ")), not '\(text)'")
         }
@@ -165,6 +165,7 @@ extension CommandSpec {
     /// Parses `arguments` (without the program name).
     public func parse(_ arguments: [String]) throws(UsageError) -> ParsedOptions {
         var result = ParsedOptions()
+        for option in options where !option.choices.isEmpty { result.choicesByName[option.long] = option.choices }
         var index = 0
         var optionsEnded = false
         while index < arguments.count {

@@ -16,7 +16,7 @@ let spec = CommandSpec(
         OptionSpec("exact", short: "e", help: "keep a trailing newline in T and U bodies"),
         OptionSpec("lines", short: "l", help: "encode each input line as its own frame, as it arrives"),
         OptionSpec("raw", short: "r", help: "decode: write T and U bodies exactly, adding no newline"),
-        OptionSpec("images", short: "i", value: "DIR", completes: .directory,
+        OptionSpec("images", short: "i", value: "DIR",
                    help: "decode: save I frames as files in DIR and print their paths"),
         OptionSpec("json", short: "j", help: "decode: print one JSON object per frame"),
         OptionSpec("resync", short: "s", help: "decode: skip bytes that do not start a valid frame"),

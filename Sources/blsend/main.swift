@@ -36,10 +36,7 @@ Tool.run(spec) { options in
     Signals.ignoreSIGPIPE()
     let target = try CentralTarget(options)
     var send = Send.Options()
-    send.writeType = options.string("write").flatMap(RemoteCharacteristic.WriteType.init(rawValue:))
-    if options.has("write") && send.writeType == nil {
-        throw UsageError("--write wants request or command, not '\(options.string("write")!)'")
-    }
+    send.writeType = try options.choice("write").map { RemoteCharacteristic.WriteType(rawValue: $0)! }
     send.eom = options.has("eom")
     // Replies written to the terminal the progress line is drawn on would be drawn over.
     send.progress = options.has("progress")

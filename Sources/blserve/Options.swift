@@ -106,7 +106,7 @@ struct ServeConfig: Equatable {
     init() {}
 
     init(_ options: ParsedOptions) throws(UsageError) {
-        if let mode = try options.choice("mode", of: ["frame", "raw", "stream"]) { self.mode = Mode(rawValue: mode)! }
+        if let mode = try options.choice("mode") { self.mode = Mode(rawValue: mode)! }
         command = options.operands
         guard let program = command.first, !program.isEmpty else { throw UsageError("missing COMMAND to run") }
         adapter = options.string("adapter")
@@ -120,14 +120,14 @@ struct ServeConfig: Equatable {
         notifyUUID = layout.notify
         if serviceUUID == writeUUID { throw UsageError("--service and --char must differ") }
         writeWithoutResponse = options.has("write-without-response")
-        if let code = try options.choice("reply-code", of: ["auto", "raw", "T", "U", "I"]) {
+        if let code = try options.choice("reply-code") {
             switch code {
             case "auto": replyCode = .auto
             case "raw": replyCode = .raw
             default: replyCode = .fixed(FrameCode(letter: code.first!)!)
             }
         }
-        if let style = try options.choice("reply", of: ["pull", "push"]) { reply = ReplyStyle(rawValue: style)! }
+        if let style = try options.choice("reply") { reply = ReplyStyle(rawValue: style)! }
         chunk = try options.int("chunk", in: 1...512)
         eom = options.has("eom")
         handlerTimeout = try options.seconds("handler-timeout", in: 0.001...86_400) ?? handlerTimeout

@@ -94,8 +94,14 @@ final class OptionsTests: XCTestCase {
         XCTAssertThrowsError(try parsed.int("code", in: 1...10))
         XCTAssertThrowsError(try spec.parse(["--timeout", "-1"]).seconds("timeout"))
         XCTAssertThrowsError(try spec.parse(["--timeout", "nan"]).seconds("timeout"))
-        XCTAssertEqual(try spec.parse(["--code", "T"]).choice("code", of: ["T", "U"]), "T")
-        XCTAssertThrowsError(try spec.parse(["--code", "X"]).choice("code", of: ["T", "U"]))
+        // choice() takes its words from the OptionSpec.
+        let modes = CommandSpec(name: "t", usage: [], summary: "",
+                                options: [OptionSpec("mode", value: "M", choices: ["pull", "push"], help: "m")])
+        XCTAssertEqual(try modes.parse(["--mode", "push"]).choice("mode"), "push")
+        XCTAssertNil(try modes.parse([]).choice("mode"))
+        XCTAssertThrowsError(try modes.parse(["--mode=Push"]).choice("mode")) { error in
+            XCTAssertEqual((error as? UsageError)?.message, "--mode wants one of pull, push, not 'Push'")
+        }
     }
 
     func testByteCounts() {
