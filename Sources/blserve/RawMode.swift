@@ -23,8 +23,12 @@ final class RawMode: ServeMode {
         var process: Subprocess?
         /// COMMAND while it is being started.
         var starting: HandlerStart?
-        /// What the central wrote while COMMAND was being started, for its stdin.
+        /// What the central wrote while COMMAND was being started, or while the ended one's run
+        /// waited out its exit grace: the stdin of the COMMAND being (or to be) started.
         var held: [UInt8] = []
+        /// Write requests whose bytes are in ``held``: answered once that COMMAND runs, refused
+        /// if it cannot be started.
+        var heldCalls: [IncomingCall] = []
         var started = 0.0
         /// COMMAND's stdin, with what it has not taken yet.
         var stdin: QueuedOutput?
@@ -104,36 +108,12 @@ final class RawMode: ServeMode {
                 return
             }
         }
-        if s.starting != nil {
-            if !value.isEmpty {
-                guard s.held.count + value.count <= Self.stdinLimit else {
-                    dropping(s, call)
-                    return
-                }
-                s.bytesIn += value.count
-                s.held += value
-                if !call.expectsReply { s.heldUnanswered = true }
-            }
-            if call.expectsReply {
-                s.deferred.append(call)
-            } else {
-                call.reply([])
-            }
-            return
-        }
-        if let process = s.process, process.status != nil {
-            // COMMAND has ended; its run ends within the exit grace (something it started still
-            // holds its stdout). What comes meanwhile is the next COMMAND's input, as a write
-            // after the run would be: held, and that COMMAND starts as this run ends.
-            if !value.isEmpty {
-                guard s.held.count + value.count <= Self.stdinLimit else {
-                    dropping(s, call)
-                    return
-                }
-                s.held += value
-                s.heldUnanswered = true
-            }
-            call.reply([])
+        // COMMAND is being started; or it has ended, and its run ends within the exit grace
+        // (something it started still holds its stdout): what comes meanwhile is the next
+        // COMMAND's input, as a write after the run would be, and that COMMAND starts as the
+        // run ends.
+        if s.starting != nil || s.process?.status != nil {
+            hold(s, value, call)
             return
         }
         // Once COMMAND has closed its stdin, what the central writes goes nowhere: that is its
@@ -155,6 +135,35 @@ final class RawMode: ServeMode {
         }
     }
 
+    /// Keeps a write for the COMMAND being (or to be) started.
+    private func hold(_ s: Session, _ value: [UInt8], _ call: IncomingCall) {
+        if !value.isEmpty {
+            guard s.held.count + value.count <= Self.stdinLimit else {
+                dropping(s, call)
+                return
+            }
+            s.held += value
+            if !call.expectsReply { s.heldUnanswered = true }
+        }
+        if call.expectsReply {
+            s.heldCalls.append(call)
+        } else {
+            call.reply([])
+        }
+    }
+
+    /// What was held goes nowhere (its COMMAND cannot start, or its central left): write
+    /// requests are answered with `refusal`, or as done when there is none.
+    private func dropHeld(_ s: Session, refusal: UInt8?) {
+        s.held = []
+        s.heldUnanswered = false
+        let calls = s.heldCalls
+        s.heldCalls.removeAll()
+        for call in calls {
+            if let refusal { call.fail(GattError.application(refusal)) } else { call.reply([]) }
+        }
+    }
+
     /// A write that would take what COMMAND has not read yet over ``stdinLimit``. A write request
     /// is refused (the central may send it again later). A write command cannot be: bluetoothd
     /// has acknowledged it already. Rather than go on with a hole in the stream, COMMAND's input
@@ -163,13 +172,12 @@ final class RawMode: ServeMode {
     private func dropping(_ s: Session, _ call: IncomingCall) {
         if !call.expectsReply {
             s.broken = true
-            // Held for a COMMAND that would start (exit grace): nothing starts for it now.
-            if s.process?.status != nil {
-                s.held = []
-                s.heldUnanswered = false
-            }
+            // What is held goes to a COMMAND being started; held for one that would start
+            // (exit grace), it goes nowhere: nothing starts for it now.
+            let taken = s.bytesIn + (s.starting != nil ? s.held.count : 0)
+            if s.process?.status != nil { dropHeld(s, refusal: 0x82) }
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading: its input "
-                      + "ends after \(s.bytesIn) bytes; writes are dropped until the central connects again")
+                      + "ends after \(taken) bytes; writes are dropped until the central connects again")
             if s.stdin != nil { endInputOnceWritten(s) }
         } else if !s.droppedWarned {
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) is not reading; refusing writes")
@@ -223,8 +231,7 @@ final class RawMode: ServeMode {
         for s in Array(sessions.values) + Array(ending.values) {
             s.starting?.cancel()
             s.starting = nil
-            s.held = []
-            s.heldUnanswered = false
+            dropHeld(s, refusal: 0x83)
             answerDeferred(s)
             closeStdin(s)
             // COMMAND was reaped, but what it started still holds its stdout: the server's
@@ -260,6 +267,18 @@ final class RawMode: ServeMode {
         return true
     }
 
+    /// COMMAND could not be started: what was held goes nowhere. The central's write requests
+    /// are refused, and its next write tries again, unless write commands were lost (their
+    /// central was not told).
+    private func startFailed(_ s: Session) {
+        if s.heldUnanswered {
+            s.broken = true
+            Tool.warn("\(Server.centralName(s.device)): \(s.held.count) bytes lost; "
+                      + "writes are dropped until the central connects again")
+        }
+        dropHeld(s, refusal: 0x83)
+    }
+
     /// COMMAND has started, or could not be.
     private func started(_ s: Session, _ result: Result<Subprocess, Errno>) {
         s.starting = nil
@@ -269,18 +288,7 @@ final class RawMode: ServeMode {
             process = child
         case .failure(let error):
             Tool.warn("cannot run \(server.handler.name): \(error)")
-            // What was held goes nowhere: the central's write requests are refused, and its next
-            // write tries again, unless write commands were lost (their central was not told).
-            if s.heldUnanswered {
-                s.broken = true
-                Tool.warn("\(Server.centralName(s.device)): \(s.held.count) bytes lost; "
-                          + "writes are dropped until the central connects again")
-            }
-            s.held = []
-            s.heldUnanswered = false
-            let calls = s.deferred
-            s.deferred.removeAll()
-            for call in calls { call.fail(GattError.application(0x83)) }
+            startFailed(s)
             return
         }
         s.process = process
@@ -295,11 +303,14 @@ final class RawMode: ServeMode {
         s.stdin = stdin
         server.debug("\(Server.centralName(s.device)): started \(server.handler.name) (pid \(process.pid))")
         if !s.held.isEmpty {
+            s.bytesIn += s.held.count
             stdin.write(s.held)
             s.held = []
             try? stdin.flush()
         }
         s.heldUnanswered = false
+        s.deferred += s.heldCalls
+        s.heldCalls.removeAll()
         if s.broken { endInputOnceWritten(s) }
         // Write requests that came meanwhile are answered now, or once COMMAND has read enough.
         if s.stdin?.isFull != true { answerDeferred(s) }
@@ -459,17 +470,11 @@ final class RawMode: ServeMode {
         }
         if s.gone {
             forget(s)
-        } else if !s.held.isEmpty, !s.broken {
+        } else if !s.held.isEmpty {
             // Written during the exit grace: the next COMMAND's input.
-            let held = s.held.count
-            if start(s) {
-                s.bytesIn = held
-            } else {
-                s.broken = true
-                Tool.warn("\(Server.centralName(s.device)): \(held) bytes lost; writes are dropped until the central connects again")
-                s.held = []
-                s.heldUnanswered = false
-            }
+            if !start(s) { startFailed(s) }
+        } else {
+            dropHeld(s, refusal: nil)  // empty write requests: nothing for a COMMAND to take
         }
     }
 
@@ -486,8 +491,7 @@ final class RawMode: ServeMode {
         answerDeferred(s)
         s.starting?.cancel()
         s.starting = nil
-        s.held = []
-        s.heldUnanswered = false
+        dropHeld(s, refusal: nil)
         guard let process = s.process else {
             forget(s)
             return

@@ -916,6 +916,31 @@ final class ServerBusTests: XCTestCase {
                       "what was written during the grace was lost: \(String(decoding: bluez.notifications.joined(), as: UTF8.self))")
     }
 
+    /// A write request made during the exit grace is answered only once the next COMMAND runs:
+    /// when that one cannot start, it is refused, not taken and lost.
+    func testRawModeWriteRequestDuringTheExitGraceIsRefusedWhenTheNextCommandCannotStart() throws {
+        let handler = try scratchDirectory() + "/handler"
+        try "#!/bin/sh\nsleep 300 & echo $!; read line; echo \"first $line\"\n".write(toFile: handler, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        try start(["--mode", "raw", handler])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        ok(bluez.write(Array("x\n".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { String(decoding: self.bluez.notifications.joined(), as: UTF8.self).contains("first x\n") }, timeout: 5))
+        let sleeper = try notifiedPid()
+        defer { kill(sleeper, SIGKILL) }
+        // The script has ended; its sleep holds stdout for up to a second, and then the next
+        // COMMAND, started for what comes meanwhile, cannot be.
+        settle(0.3)
+        XCTAssertEqual(chmod(handler, 0o644), 0)
+        XCTAssertEqual(refusal(bluez.write(Array("two\n".utf8), from: a)), "0x83")
+        XCTAssertEqual(chmod(handler, 0o755), 0)
+        bluez.clearNotifications()
+        ok(bluez.write(Array("three\n".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { String(decoding: self.bluez.notifications.joined(), as: UTF8.self).contains("first three\n") }, timeout: 5),
+                      String(decoding: bluez.notifications.joined(), as: UTF8.self))
+    }
+
     /// Raw mode running `sh -c SCRIPT`, whose first line of output is a pid: A connects and
     /// subscribes, its first write starts COMMAND; returns the pid once notified.
     private func startRawCommandReportingPid(_ script: String) throws -> pid_t {
