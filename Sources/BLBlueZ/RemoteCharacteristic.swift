@@ -112,19 +112,41 @@ public final class RemoteCharacteristic {
     }
 
     /// Writes one value. bluetoothd refuses a second write on the same characteristic while one
-    /// is pending (InProgress), so callers keep at most one in flight.
+    /// is pending (InProgress), so callers keep at most one in flight. That pending write may be
+    /// another client's (bluetoothd keeps one per characteristic, whoever asked): a refused
+    /// write never left, so it is sent again after a short pause, for up to `timeout` seconds.
     /// The corresponding BlueZ method is `WriteValue`.
     public func write(_ bytes: [UInt8], type: WriteType, timeout: Double = 30,
                       completion: @escaping (Result<Void, ToolError>) -> Void) {
-        client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
-                        member: "WriteValue", args: [.bytes(bytes), .stringDict(ordered: [("type", .string(type.rawValue))])],
-                        timeout: timeout) { result in
-            switch result {
-            case .success: completion(.success(()))
-            case .failure(let error): completion(.failure(BlueZErrors.toolError("writing to \(self.uuid)", error)))
+        let deadline = MonotonicClock.seconds() + timeout
+        func attempt() {
+            let left = max(0.001, deadline - MonotonicClock.seconds())
+            client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
+                            member: "WriteValue", args: [.bytes(bytes), .stringDict(ordered: [("type", .string(type.rawValue))])],
+                            timeout: left) { [weak self] result in
+                guard let self else { return }
+                switch result {
+                case .success:
+                    completion(.success(()))
+                case .failure(let error) where error.shortName == "InProgress":
+                    let pause = Double.random(in: Self.busyPause)
+                    guard MonotonicClock.seconds() + pause < deadline else {
+                        completion(.failure(ToolError(.tempFail, "writing to \(self.uuid): another client kept "
+                                                      + "writing to it for \(formatSeconds(timeout)) (\(error.oneLine))")))
+                        return
+                    }
+                    _ = self.client.loop.schedule(after: pause) { attempt() }
+                case .failure(let error):
+                    completion(.failure(BlueZErrors.toolError("writing to \(self.uuid)", error)))
+                }
             }
         }
+        attempt()
     }
+
+    /// How long a write refused as InProgress waits before it is sent again (random, so that
+    /// two writers do not keep colliding).
+    static let busyPause = 0.002...0.02
 
     // MARK: Acquired sockets
 
