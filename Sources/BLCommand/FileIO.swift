@@ -15,6 +15,7 @@ public struct Errno: Error, Equatable, Sendable, CustomStringConvertible {
     public static let again = Errno(EAGAIN)
     public static let pipe = Errno(EPIPE)
     public static let interrupted = Errno(EINTR)
+    public static let timedOut = Errno(ETIMEDOUT)
     /// The C library's text for this error, e.g. "Broken pipe".
     public var description: String { String(cString: strerror(rawValue)) }
 }

@@ -8,8 +8,9 @@ import Musl
 /// (unsubscribe, disconnect what it connected) instead of dying mid-operation. Until
 /// `onInterrupt` is set, a signal stops the loop, which makes any wait in progress give up; a
 /// handler set after a signal came runs at once (a wait whose failure was ignored must not
-/// hide the signal). A second signal ends the process at once with 128 + the signal number,
-/// after `onSecondInterrupt` (e.g. to kill child processes) and the queued diagnostics.
+/// hide the signal). A second signal ends the process at once with 130 (interrupted), after
+/// `onSecondInterrupt` (quick last steps: kill child processes, end a link) and the queued
+/// diagnostics.
 /// A signal the process started with ignored (`nohup`) is left so (``Signals/ignoredAtStart(_:)``).
 public final class InterruptWatch {
     public var onInterrupt: (() -> Void)? {
@@ -32,7 +33,7 @@ public final class InterruptWatch {
                     if self.received != nil {
                         self.onSecondInterrupt?(info.signal)
                         Tool.finishDiagnostics()
-                        exit(128 + info.signal)
+                        exit(ExitCode.interrupted.rawValue)
                     }
                     self.received = info.signal
                     if let handler = self.onInterrupt {

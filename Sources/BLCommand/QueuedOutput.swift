@@ -95,13 +95,22 @@ public final class QueuedOutput {
 
     /// Writes everything queued, waiting for the reader (when the output ends). Gives up with
     /// `EINTR` when SIGINT, SIGTERM or SIGHUP is pending: the loop holds those back, so a reader
-    /// that never reads must not make the process deaf to them.
-    public func drain() throws(Errno) {
+    /// that never reads must not make the process deaf to them. With a `timeout` (seconds), gives
+    /// up with `ETIMEDOUT` once it has passed (after an interrupt already taken: the reader gets
+    /// a moment, not for ever).
+    public func drain(timeout: Double? = nil) throws(Errno) {
+        let deadline = timeout.map { MonotonicClock.seconds() + $0 }
         while failure == nil, queuedCount > 0, !closed {
             if writeNow() { break }
             if failure != nil { break }
             if QueuedOutput.terminationPending() { throw .interrupted }
-            _ = try? FileIO.pollWritable(fd, milliseconds: 200)
+            var wait: Int32 = 200
+            if let deadline {
+                let left = deadline - MonotonicClock.seconds()
+                if left <= 0 { throw .timedOut }
+                wait = Int32(min(200, max(1, left * 1000)))
+            }
+            _ = try? FileIO.pollWritable(fd, milliseconds: wait)
         }
         if let failure { throw failure }
         compact()

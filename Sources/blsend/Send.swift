@@ -45,6 +45,8 @@ struct Send {
             loop.clearStop()
             peer.disconnect()
         }
+        // A second signal does not wait for anything more, but still ends a link made here.
+        interrupted.onSecondInterrupt = { _ in peer.disconnect(timeout: 1) }
         let characteristic = try peer.characteristic(
             service: target.service, uuid: target.writeCharacteristic,
             preferring: options.writeType == .request ? ["write"]

@@ -60,7 +60,7 @@ enum BlserveCommand {
         exit status: 0 after SIGINT, SIGTERM or SIGHUP (or, in stream mode, when COMMAND's output
         was sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter of that name, no
         bluetoothd or system bus, COMMAND not found, or not registered within 30 s, 71 signals
-        cannot be handled, 74 registration refused, 128 + N a second signal N while stopping.
+        cannot be handled, 74 registration refused, 130 a second signal while stopping.
         """
     )
 }

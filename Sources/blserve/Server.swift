@@ -241,7 +241,7 @@ final class Server {
         // their own, so the hangup does not reach them) running unsupervised.
         interrupts.onSecondInterrupt = { [unowned self] signal in
             // A second signal while the first one's shutdown waits (for commands that ignore
-            // SIGTERM, for bluetoothd): end now. bluetoothd drops the application and the
+            // SIGTERM, for bluetoothd): end now (130). bluetoothd drops the application and the
             // advertisement with blserve's bus connection.
             Tool.warn("\(ProcessStatus.signalName(signal) ?? "signal \(signal)") while stopping: ending at once")
             self.children.killAll()

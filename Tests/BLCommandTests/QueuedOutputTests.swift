@@ -328,4 +328,21 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(got() == payload)
     }
+
+    /// With a time limit (after an interrupt), a reader that never reads does not hold the
+    /// drain for ever: it gives up with ETIMEDOUT, keeping what it could not write.
+    func testDrainWithATimeoutGivesUpOnAStalledReader() throws {
+        let (r, w) = makeBlockingPipe()
+        defer { close(r); close(w) }
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: w, loop: loop)
+        out.write(Self.pattern(700_000, seed: 5))
+        let started = MonotonicClock.seconds()
+        XCTAssertThrowsError(try out.drain(timeout: 0.3)) { XCTAssertEqual($0 as? Errno, .timedOut) }
+        let took = MonotonicClock.seconds() - started
+        XCTAssertGreaterThanOrEqual(took, 0.3)
+        XCTAssertLessThan(took, 2)
+        XCTAssertGreaterThan(out.queuedCount, 0)
+        out.close()
+    }
 }
