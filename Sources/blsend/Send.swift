@@ -64,7 +64,13 @@ struct Send {
             let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
             r.onFinish = { [unowned r] outcome in
                 replyOutcome = outcome
-                guard case .success = outcome, let writer else { return }
+                guard let writer else { return }
+                if case .failure(let error) = outcome {
+                    // Replies cannot be delivered any more (stdout failed, a pull read was
+                    // refused): what stdin still holds would be sent for nothing.
+                    if error.code != .interrupted { writer.repliesFailed(error) }
+                    return
+                }
                 switch r.ending {
                 case .count?, .output?:
                     // --count replies came in answer to what was written, or the replies' reader
@@ -450,6 +456,12 @@ final class Writer {
     /// yet cannot go.
     func linkLost(_ reason: String) {
         finish(.failure(ToolError(.unavailable, "\(reason) (\(confirmed) bytes confirmed)")))
+    }
+
+    /// The replies to what is written can no longer be delivered: stop, saying why and how much
+    /// got through.
+    func repliesFailed(_ error: ToolError) {
+        finish(.failure(ToolError(error.code, "\(error.message) (\(confirmed) bytes confirmed)")))
     }
 
     /// SIGINT or SIGTERM: stop, saying how much got through.
