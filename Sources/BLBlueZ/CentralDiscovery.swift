@@ -29,9 +29,10 @@ public final class Discovery {
     public var onSighting: ((DeviceInfo) -> Void)?
     /// Called when bluetoothd forgets a device.
     public var onRemoved: ((String) -> Void)?
-    /// Called when bluetoothd leaves the bus (its objects go without a signal, and so does the
-    /// scan), or the connection to the bus is lost.
-    public var onBluetoothdGone: (() -> Void)?
+    /// Called, with the reason, when the scan cannot go on: bluetoothd left the bus (its objects
+    /// go without a signal, and so does the scan) or the connection to the bus was lost, or the
+    /// adapter went away or was powered off.
+    public var onGone: ((String) -> Void)?
 
     private var tokens: [SubscriptionToken] = []
     private var scanning = false
@@ -63,7 +64,19 @@ public final class Discovery {
             tokens.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
                 guard let self, (new ?? "").isEmpty else { return }
                 self.scanning = false
-                self.onBluetoothdGone?()
+                self.onGone?(self.client.bluetoothdGoneReason)
+            })
+            // The adapter unplugged (InterfacesRemoved) or powered off ends the scan too.
+            tokens.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] path, interfaces in
+                guard let self, path == self.adapter.path, interfaces.contains(BlueZ.adapterInterface) else { return }
+                self.scanning = false
+                self.onGone?("\(self.adapter.name) went away")
+            })
+            tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
+                                                             interface: BlueZ.adapterInterface) { [weak self] path, _, changed, _ in
+                guard let self, path == self.adapter.path, changed["Powered"]?.bool == false else { return }
+                self.scanning = false
+                self.onGone?("\(self.adapter.name) was powered off")
             })
             tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
                                                              interface: BlueZ.deviceInterface) { [weak self] path, _, changed, invalidated in
@@ -161,17 +174,17 @@ extension BlueZClient {
         }
         let discovery = Discovery(client: self, adapter: adapter)
         var found: DeviceInfo?
-        var gone = false
+        var gone: String?
         discovery.onSighting = { device in
             if found == nil && selector.matches(device) { found = device }
         }
-        discovery.onBluetoothdGone = { gone = true }
+        discovery.onGone = { reason in if gone == nil { gone = reason } }
         try discovery.start()
         defer { discovery.stop() }
-        _ = loop.run(until: { found != nil || gone }, timeout: scanTimeout)
+        _ = loop.run(until: { found != nil || gone != nil }, timeout: scanTimeout)
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
-            if gone { throw ToolError(.unavailable, "\(bluetoothdGoneReason) while scanning for \(selector)") }
+            if let gone { throw ToolError(.unavailable, "\(gone) while scanning for \(selector)") }
             if ambiguous {
                 throw ToolError(.unavailable, "\(known.count) devices named \(selector) are known (\(addresses)), "
                                 + "none was heard on \(adapter.name) within \(formatSeconds(scanTimeout)) s: give an address")

@@ -63,8 +63,8 @@ struct Scan {
             if first { done = true }
         }
 
-        discovery.onBluetoothdGone = {
-            if failure == nil { failure = ToolError(.unavailable, client.bluetoothdGoneReason) }
+        discovery.onGone = { reason in
+            if failure == nil { failure = ToolError(.unavailable, reason) }
             done = true
         }
         discovery.onSighting = { device in

@@ -1,0 +1,87 @@
+import XCTest
+import BLCommand
+import BLDBus
+import BLTestSupport
+@testable import BLBlueZ
+
+/// Discovery against a stand-in owning org.bluez on a private bus: a scan ends, saying why, when
+/// its adapter goes away or is powered off, not only when bluetoothd does.
+final class DiscoveryTests: XCTestCase {
+    private var bus: BusFixture!
+    private var loop: EventLoop!
+    private var bluez: DBusConnection!
+    private var tree: ExportedObjectTree!
+    private var client: BlueZClient!
+    private var powered = true
+    private var discovering = false
+
+    private static let adapter = "/org/bluez/hci0"
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        bus = try BusFixture()
+        loop = EventLoop()
+        bluez = try DBusConnection(address: bus.address, loop: loop)
+        tree = ExportedObjectTree(root: "/")
+        try tree.add(ExportedObject(path: Self.adapter, interfaces: [
+            ExportedInterface(BlueZ.adapterInterface)
+                .property("Address") { .string("00:AA:00:00:00:00") }
+                .property("Powered") { [unowned self] in .bool(self.powered) }
+                .method("SetDiscoveryFilter") { _ = $0.reply([]) }
+                .method("StartDiscovery") { [unowned self] call in
+                    self.discovering = true
+                    _ = call.reply([])
+                }
+                .method("StopDiscovery") { [unowned self] call in
+                    self.discovering = false
+                    _ = call.reply([])
+                },
+        ]), announce: false)
+        try bluez.export(tree)
+        XCTAssertEqual(try bluez.requestName(BlueZ.service), .primaryOwner)
+        client = BlueZClient(loop: loop, bus: try DBusConnection(address: bus.address, loop: loop))
+    }
+
+    override func tearDown() {
+        client = nil
+        tree = nil
+        bluez = nil
+        loop = nil
+        bus?.stop()
+        super.tearDown()
+    }
+
+    /// Starts a discovery on hci0, runs `change` once it scans, and returns why it ended (nil if
+    /// it did not within 3 s).
+    private func scanEnding(after change: () throws -> Void) throws -> String? {
+        let adapter = try client.adapter(named: "hci0")
+        let discovery = Discovery(client: client, adapter: adapter)
+        var reason: String?
+        discovery.onGone = { reason = $0 }
+        try discovery.start()
+        XCTAssertTrue(loop.run(until: { self.discovering }, timeout: 3), "the scan did not start")
+        try change()
+        _ = loop.run(until: { reason != nil }, timeout: 3)
+        discovery.stop()
+        return reason
+    }
+
+    func testTheAdapterGoingAwayEndsTheScan() throws {
+        XCTAssertEqual(try scanEnding { try tree.emitInterfacesRemoved(path: Self.adapter, interfaces: [BlueZ.adapterInterface]) },
+                       "hci0 went away")
+    }
+
+    func testTheAdapterPoweredOffEndsTheScan() throws {
+        XCTAssertEqual(try scanEnding {
+            powered = false
+            try tree.emitPropertiesChanged(path: Self.adapter, interface: BlueZ.adapterInterface, names: ["Powered"])
+        }, "hci0 was powered off")
+    }
+
+    func testOtherChangesDoNotEndTheScan() throws {
+        XCTAssertNil(try scanEnding {
+            try tree.emitPropertiesChanged(path: Self.adapter, interface: BlueZ.adapterInterface, names: ["Powered"])  // still on
+            try tree.emitInterfacesRemoved(path: Self.adapter + "/dev_00_AA_01_00_00_01", interfaces: [BlueZ.deviceInterface])
+        })
+    }
+}
