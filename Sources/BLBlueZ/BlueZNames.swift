@@ -98,9 +98,11 @@ public enum BluetoothUUID {
 
 /// Bluetooth device addresses ("AA:BB:CC:DD:EE:FF").
 public enum BluetoothAddress {
-    /// The address in upper case, or nil when `text` is not six colon-separated hex bytes.
+    /// The address in upper case with colons, or nil when `text` is not six hex bytes separated
+    /// by colons, or by dashes ("AA-BB-CC-DD-EE-FF", as Windows and Android write them, and as
+    /// bluetoothd names a device that has no name of its own).
     public static func normalize(_ text: String) -> String? {
-        parse(text.utf8, separator: UInt8(ascii: ":"))
+        parse(text.utf8, separator: UInt8(ascii: ":")) ?? parse(text.utf8, separator: UInt8(ascii: "-"))
     }
 
     /// Six two-digit hex bytes separated by `separator`, as "AA:BB:CC:DD:EE:FF"; nil otherwise.

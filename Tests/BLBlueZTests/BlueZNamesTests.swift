@@ -23,7 +23,9 @@ final class BlueZNamesTests: XCTestCase {
         XCTAssertEqual(BluetoothAddress.devicePath(adapterPath: "/org/bluez/hci1", address: "aa:bb:cc:dd:ee:ff"),
                        "/org/bluez/hci1/dev_AA_BB_CC_DD_EE_FF")
         XCTAssertNil(BluetoothAddress.normalize("aa:bb:cc:dd:ee:f\u{e9}"))
-        XCTAssertNil(BluetoothAddress.normalize("aa-bb-cc-dd-ee-ff"))
+        XCTAssertEqual(BluetoothAddress.normalize("aa-bb-cc-dd-ee-ff"), "AA:BB:CC:DD:EE:FF")
+        XCTAssertNil(BluetoothAddress.normalize("aa-bb:cc-dd-ee-ff"), "separators mixed")
+        XCTAssertNil(BluetoothAddress.normalize("aabbccddeeff"))
     }
 
     func testAddressFromDevicePath() {
