@@ -37,6 +37,14 @@ public final class Peer {
     /// they are given back, so they do not count as another process's use.
     var ownUse: Set<String> = []
 
+    /// Leaves a link this process made up when it ends (``disconnect(timeout:)`` does nothing),
+    /// saying why: ending it could lose what bluetoothd still has to send.
+    public func leaveUp(because reason: String) {
+        guard madeConnection, !disconnected else { return }
+        disconnected = true
+        Tool.warn("leaving the connection to \(device.address) up: \(reason)")
+    }
+
     /// Ends the link if this process made it, unless another process is seen using the device
     /// (the link is shared, bluez-notes §9.6); otherwise leaves it to its owner.
     public func disconnect(timeout: Double = 5) {

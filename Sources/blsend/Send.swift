@@ -442,12 +442,12 @@ final class Writer {
             return
         }
         // Nothing on the device can be read to learn when the commands have left. Ending a
-        // connection we made right away could cut off those still queued in bluetoothd.
-        // (Through the socket or through WriteValue: either way a command is answered once it
-        // is queued, not sent.)
-        if type == .command && characteristic.peer.madeConnection {
-            Tool.note("nothing to read on \(characteristic.peer.device.address) to confirm the last writes; waiting 1 s before disconnecting")
-            loop.sleep(1)
+        // connection we made would throw away those still queued in bluetoothd, however long
+        // we waited first (its queue has no bound, the link's rate no floor). (Through the
+        // socket or through WriteValue: either way a command is answered once it is queued,
+        // not sent.)
+        if type == .command {
+            characteristic.peer.leaveUp(because: "nothing on it can be read to learn when bluetoothd has sent the last write commands")
         }
         finish(.success(()))
     }
