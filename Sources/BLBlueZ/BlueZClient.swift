@@ -129,8 +129,8 @@ public final class BlueZClient {
     }
 
     /// The whole object tree.
-    public func managedObjects() throws(ToolError) -> BlueZObjects {
-        let reply = try call("/", DBusInterfaceName.objectManager, "GetManagedObjects", timeout: 10,
+    public func managedObjects(timeout: Double = 10) throws(ToolError) -> BlueZObjects {
+        let reply = try call("/", DBusInterfaceName.objectManager, "GetManagedObjects", timeout: timeout,
                              what: "listing bluetoothd's objects")
         guard let objects = reply.first?.managedObjects else {
             throw ToolError(.software, "GetManagedObjects returned \(reply.first?.signature ?? "nothing")")
@@ -163,7 +163,8 @@ public final class BlueZClient {
         let adapters = try managedObjects(reusing: listed).adapters
         var chosen: Adapter
         if let name {
-            guard let match = adapters.first(where: { $0.name == name || $0.address.uppercased() == name.uppercased() }) else {
+            let address = BluetoothAddress.normalize(name)
+            guard let match = adapters.first(where: { $0.name == name || $0.address.uppercased() == address }) else {
                 let known = adapters.map(\.name).joined(separator: ", ")
                 throw ToolError(.unavailable, "no adapter \(name)" + (known.isEmpty ? "" : " (have \(known))"))
             }

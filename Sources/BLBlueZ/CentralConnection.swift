@@ -11,6 +11,8 @@ public final class Peer {
     /// True when the link was already up as `BlueZClient.connect` began (not brought up by a
     /// connection attempt, ours or another process's, while it waited).
     public let foundConnected: Bool
+    /// Disconnect was sent, or the link is to stay up (another process uses it, or
+    /// ``leaveUp(because:)``).
     private var disconnected = false
     /// bluetoothd's objects, listed while this link was already up with its services resolved
     /// (and found up again as `connect` began, `foundConnected`): `characteristic` looks there
@@ -49,19 +51,36 @@ public final class Peer {
     /// (the link is shared, bluez-notes §9.6); otherwise leaves it to its owner.
     public func disconnect(timeout: Double = 5) {
         guard madeConnection, !disconnected else { return }
-        disconnected = true
         if let use = otherUse() {
+            // (Unless a second signal, while bluetoothd was being asked, has disconnected.)
+            guard !disconnected else { return }
+            disconnected = true
             Tool.note("leaving the connection to \(device.address) up: another process uses \(use)")
             return
         }
+        guard !disconnected else { return }
+        disconnected = true
         _ = try? client.call(path, BlueZ.deviceInterface, "Disconnect", timeout: timeout, what: "disconnecting")
+    }
+
+    /// The same when the process is about to exit (a second signal): bluetoothd is given a moment
+    /// to say whether another process uses the link, then Disconnect is sent without waiting for
+    /// its answer. Also while ``disconnect(timeout:)`` is still asking.
+    public func disconnectBeforeExit() {
+        guard madeConnection, !disconnected else { return }
+        if otherUse(timeout: 0.3) == nil {
+            client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                            member: "Disconnect", timeout: 1) { _ in }
+            client.bus.flush(timeout: 1)
+        }
+        disconnected = true
     }
 
     /// What another process is seen using on the device: a characteristic's notifications
     /// (AcquireNotify or StartNotify) or its write socket (AcquireWrite). Writes through
     /// WriteValue leave no trace. Nil when nothing is seen, or bluetoothd cannot be asked.
-    func otherUse() -> String? {
-        guard let objects = try? client.managedObjects() else { return nil }
+    func otherUse(timeout: Double = 10) -> String? {
+        guard let objects = try? client.managedObjects(timeout: timeout) else { return nil }
         for charPath in objects.paths(with: BlueZ.gattCharacteristicInterface, under: path) {
             guard let properties = objects.properties(charPath, BlueZ.gattCharacteristicInterface) else { continue }
             for (key, what) in [("NotifyAcquired", "the notifications"), ("Notifying", "the notifications"),

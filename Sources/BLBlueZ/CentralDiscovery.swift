@@ -36,6 +36,29 @@ public final class Discovery {
 
     private var tokens: [SubscriptionToken] = []
     private var scanning = false
+    private var goneReported = false
+    private var goneTimer: TimerToken?
+    /// How long the adapter's going waits for bluetoothd's own leaving to be the reason.
+    static let adapterGoneDelay = 0.2
+
+    /// Reports (once) that the scan cannot go on, now or after `delay` seconds.
+    private func gone(_ reason: String, after delay: Double = 0) {
+        guard !goneReported else { return }
+        scanning = false
+        if delay > 0 {
+            if goneTimer == nil {
+                goneTimer = client.loop.schedule(after: delay) { [weak self] in
+                    self?.goneTimer = nil
+                    self?.gone(reason)
+                }
+            }
+            return
+        }
+        if let goneTimer { client.loop.cancel(goneTimer) }
+        goneTimer = nil
+        goneReported = true
+        onGone?(reason)
+    }
 
     public init(client: BlueZClient, adapter: Adapter, filter: Filter = Filter()) {
         self.client = client
@@ -63,20 +86,19 @@ public final class Discovery {
             })
             tokens.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, _, new in
                 guard let self, (new ?? "").isEmpty else { return }
-                self.scanning = false
-                self.onGone?(self.client.bluetoothdGoneReason)
+                self.gone(self.client.bluetoothdGoneReason)
             })
-            // The adapter unplugged (InterfacesRemoved) or powered off ends the scan too.
+            // The adapter unplugged (InterfacesRemoved) or powered off ends the scan too. A
+            // bluetoothd that is stopping powers its adapters off and removes them just before it
+            // leaves the bus: its leaving, if it comes within a moment, is the reason given.
             tokens.append(try bus.subscribeInterfacesRemoved(sender: BlueZ.service) { [weak self] path, interfaces in
                 guard let self, path == self.adapter.path, interfaces.contains(BlueZ.adapterInterface) else { return }
-                self.scanning = false
-                self.onGone?("\(self.adapter.name) went away")
+                self.gone("\(self.adapter.name) went away", after: Self.adapterGoneDelay)
             })
             tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
                                                              interface: BlueZ.adapterInterface) { [weak self] path, _, changed, _ in
                 guard let self, path == self.adapter.path, changed["Powered"]?.bool == false else { return }
-                self.scanning = false
-                self.onGone?("\(self.adapter.name) was powered off")
+                self.gone("\(self.adapter.name) was powered off", after: Self.adapterGoneDelay)
             })
             tokens.append(try bus.subscribePropertiesChanged(sender: BlueZ.service, pathNamespace: adapter.path,
                                                              interface: BlueZ.deviceInterface) { [weak self] path, _, changed, invalidated in
@@ -107,6 +129,8 @@ public final class Discovery {
     public func stop() {
         for token in tokens { client.bus.unsubscribe(token) }
         tokens = []
+        if let goneTimer { client.loop.cancel(goneTimer) }
+        goneTimer = nil
         if scanning {
             scanning = false
             // Best effort, without waiting: bluetoothd also ends the session when we disconnect.

@@ -97,7 +97,8 @@ public final class NotificationReceiver {
 
     static let doorbell: [UInt8] = Array("N0000000".utf8)
     static let endOfMessage: [UInt8] = Array("EOM".utf8)
-    /// How long output held for a stalled reader may take to go once a signal has come.
+    /// How long a reader may take nothing, once a signal has come, before what is held for it
+    /// is dropped.
     static let drainAfterInterrupt = 1.0
 
     public init(characteristic: RemoteCharacteristic, options: Options, out: QueuedOutput) {
@@ -453,12 +454,15 @@ public final class NotificationReceiver {
         held = []
         heldBytes = 0
         var result = result
-        // After an interrupt, a reader that does not read gets a second, not for ever: the
-        // signal must end the tool (and let it take down a link it made).
+        // After an interrupt, a reader that takes nothing for a second is not waited for any
+        // longer: the signal must end the tool (and let it take down a link it made).
         var interrupted = false
         if case .failure(let failure) = result, failure.code == .interrupted { interrupted = true }
         do {
-            try out.drain(timeout: interrupted ? Self.drainAfterInterrupt : nil)
+            try out.drain(idleTimeout: interrupted ? Self.drainAfterInterrupt : nil)
+        } catch where error == .timedOut {
+            Tool.warn("standard output took nothing for \(formatSeconds(Self.drainAfterInterrupt)) s after the signal: "
+                      + "\(out.queuedCount) bytes received were not written")
         } catch {
             // What was received did not all reach stdout: that is not a success.
             if case .success = result, let failure = ToolError.stdout(error) { result = .failure(failure) }

@@ -114,39 +114,61 @@ public final class RemoteCharacteristic {
     /// Writes one value. bluetoothd refuses a second write on the same characteristic while one
     /// is pending (InProgress), so callers keep at most one in flight. That pending write may be
     /// another client's (bluetoothd keeps one per characteristic, whoever asked): a refused
-    /// write never left, so it is sent again after a short pause, for up to `timeout` seconds.
+    /// write never left, so it is sent again after a short pause, for up to `timeout` seconds
+    /// (each attempt waits up to `timeout` for its answer).
     /// The corresponding BlueZ method is `WriteValue`.
+    @discardableResult
     public func write(_ bytes: [UInt8], type: WriteType, timeout: Double = 30,
-                      completion: @escaping (Result<Void, ToolError>) -> Void) {
-        let deadline = MonotonicClock.seconds() + timeout
+                      completion: @escaping (Result<Void, ToolError>) -> Void) -> PendingWrite {
+        let pending = PendingWrite(loop: client.loop)
+        let busyUntil = MonotonicClock.seconds() + timeout
         func attempt() {
-            let left = max(0.001, deadline - MonotonicClock.seconds())
             client.bus.call(destination: BlueZ.service, path: path, interface: BlueZ.gattCharacteristicInterface,
                             member: "WriteValue", args: [.bytes(bytes), .stringDict(ordered: [("type", .string(type.rawValue))])],
-                            timeout: left) { [weak self] result in
-                guard let self else { return }
+                            timeout: timeout) { [weak self] result in
+                guard let self, !pending.isCancelled else { return }
                 switch result {
                 case .success:
                     completion(.success(()))
                 case .failure(let error) where error.shortName == "InProgress":
                     let pause = Double.random(in: Self.busyPause)
-                    guard MonotonicClock.seconds() + pause < deadline else {
+                    guard MonotonicClock.seconds() + pause < busyUntil else {
                         completion(.failure(ToolError(.tempFail, "writing to \(self.uuid): another client kept "
-                                                      + "writing to it for \(formatSeconds(timeout)) (\(error.oneLine))")))
+                                                      + "writing to it for \(formatSeconds(timeout)) s (\(error.oneLine))")))
                         return
                     }
-                    _ = self.client.loop.schedule(after: pause) { attempt() }
+                    pending.retry = self.client.loop.schedule(after: pause) {
+                        pending.retry = nil
+                        attempt()
+                    }
                 case .failure(let error):
                     completion(.failure(BlueZErrors.toolError("writing to \(self.uuid)", error)))
                 }
             }
         }
         attempt()
+        return pending
     }
 
     /// How long a write refused as InProgress waits before it is sent again (random, so that
     /// two writers do not keep colliding).
     static let busyPause = 0.002...0.02
+
+    /// A write under way, which may be waiting to be sent again.
+    public final class PendingWrite {
+        private let loop: EventLoop
+        fileprivate var retry: TimerToken?
+        public private(set) var isCancelled = false
+
+        init(loop: EventLoop) { self.loop = loop }
+
+        /// Nothing more is sent for this write, and its completion is not called.
+        public func cancel() {
+            isCancelled = true
+            if let retry { loop.cancel(retry) }
+            retry = nil
+        }
+    }
 
     // MARK: Acquired sockets
 

@@ -95,15 +95,18 @@ public final class QueuedOutput {
 
     /// Writes everything queued, waiting for the reader (when the output ends). Gives up with
     /// `EINTR` when SIGINT, SIGTERM or SIGHUP is pending: the loop holds those back, so a reader
-    /// that never reads must not make the process deaf to them. With a `timeout` (seconds), gives
-    /// up with `ETIMEDOUT` once it has passed (after an interrupt already taken: the reader gets
-    /// a moment, not for ever).
-    public func drain(timeout: Double? = nil) throws(Errno) {
-        let deadline = timeout.map { MonotonicClock.seconds() + $0 }
+    /// that never reads must not make the process deaf to them. With an `idleTimeout` (seconds),
+    /// gives up with `ETIMEDOUT` once the reader has taken nothing for that long (after an
+    /// interrupt already taken: a reader that is reading gets everything, a stalled one a
+    /// moment, not for ever).
+    public func drain(idleTimeout: Double? = nil) throws(Errno) {
+        var deadline = idleTimeout.map { MonotonicClock.seconds() + $0 }
         while failure == nil, queuedCount > 0, !closed {
+            let before = bytesWritten
             if writeNow() { break }
             if failure != nil { break }
             if QueuedOutput.terminationPending() { throw .interrupted }
+            if let idleTimeout, bytesWritten != before { deadline = MonotonicClock.seconds() + idleTimeout }
             var wait: Int32 = 200
             if let deadline {
                 let left = deadline - MonotonicClock.seconds()

@@ -25,7 +25,7 @@ struct Receive {
             peer.disconnect()
         }
         // A second signal does not wait for anything more, but still ends a link made here.
-        interrupted.onSecondInterrupt = { _ in peer.disconnect(timeout: 1) }
+        interrupted.onSecondInterrupt = { _ in peer.disconnectBeforeExit() }
         let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic,
                                                      preferring: readOnce ? ["read"] : ["notify", "indicate"])
         if readOnce {
@@ -43,7 +43,8 @@ struct Receive {
         receiver.onFinish = { outcome = $0 }
         try receiver.start()
         receiver.armSilenceTimer()
-        // What arrived is written out first (finish flushes), then 130 as for the other tools.
+        // What arrived is written out first (finish flushes; a reader taking nothing for a second
+        // is not waited for), then 130 as for the other tools.
         interrupted.onInterrupt = { receiver.finish(.failure(ToolError.quiet(.interrupted))) }
         _ = loop.run(until: { outcome != nil }, timeout: nil)
         receiver.close()

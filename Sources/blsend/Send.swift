@@ -46,7 +46,7 @@ struct Send {
             peer.disconnect()
         }
         // A second signal does not wait for anything more, but still ends a link made here.
-        interrupted.onSecondInterrupt = { _ in peer.disconnect(timeout: 1) }
+        interrupted.onSecondInterrupt = { _ in peer.disconnectBeforeExit() }
         let characteristic = try peer.characteristic(
             service: target.service, uuid: target.writeCharacteristic,
             preferring: options.writeType == .request ? ["write"]
@@ -154,6 +154,11 @@ final class Writer {
     /// more are sent. bluetoothd queues commands without limit and, flooded, stops answering
     /// D-Bus for seconds; the read is queued behind the commands, so its answer means they left.
     static let fenceEvery = 64
+    /// Write commands nothing can confirm: how long one may take to go over a slow link (one a
+    /// connection event of 30 ms), and the longest wait for them before a link blsend made is
+    /// ended rather than left up.
+    static let slowLinkWriteInterval = 0.03
+    static let longestUnconfirmedWait = 60.0
     /// Socket path: how long the socket may refuse data before blsend gives up.
     static let stallLimit = 30.0
     private let fenceRead: RemoteCharacteristic.OrderingRead?
@@ -167,6 +172,8 @@ final class Writer {
     /// Where frames (if the input is frames) may be cut.
     private var cutter = FrameCutter()
     private var inFlight = 0
+    /// The WriteValue under way (it may wait to be sent again).
+    private var pendingWrite: RemoteCharacteristic.PendingWrite?
     /// Bytes handed over: acknowledged requests, commands bluetoothd queued, or datagrams the
     /// socket took.
     private var written = 0
@@ -336,7 +343,7 @@ final class Writer {
         guard inFlight == 0, !fencing, let piece = nextPiece() else { return }
         inFlight = 1
         hasBegun = true
-        characteristic.write(piece, type: type) { [weak self] result in
+        pendingWrite = characteristic.write(piece, type: type) { [weak self] result in
             guard let self, !self.finished else { return }
             self.inFlight = 0
             switch result {
@@ -442,12 +449,19 @@ final class Writer {
             return
         }
         // Nothing on the device can be read to learn when the commands have left. Ending a
-        // connection we made would throw away those still queued in bluetoothd, however long
-        // we waited first (its queue has no bound, the link's rate no floor). (Through the
+        // connection we made would throw away those still queued in bluetoothd (through the
         // socket or through WriteValue: either way a command is answered once it is queued,
-        // not sent.)
-        if type == .command {
-            characteristic.peer.leaveUp(because: "nothing on it can be read to learn when bluetoothd has sent the last write commands")
+        // not sent). Wait as long as a slow link would take to send them, then end it; when
+        // that would be more than a minute, leave it up.
+        if type == .command && characteristic.peer.madeConnection {
+            let address = characteristic.peer.device.address
+            let wait = max(1, Double(sinceFence) * Writer.slowLinkWriteInterval)
+            if wait <= Writer.longestUnconfirmedWait {
+                Tool.note("nothing to read on \(address) to confirm the last \(sinceFence) writes; waiting \(Int(wait.rounded(.up))) s before disconnecting")
+                _ = loop.run(until: { [unowned self] in self.finished }, timeout: wait)
+            } else {
+                characteristic.peer.leaveUp(because: "nothing on it can be read to learn when bluetoothd has sent the last \(sinceFence) write commands")
+            }
         }
         finish(.success(()))
     }
@@ -480,6 +494,7 @@ final class Writer {
         linkWatch = nil
         if let stallTimer { loop.cancel(stallTimer) }
         stallTimer = nil
+        pendingWrite?.cancel()  // a write waiting to go again after InProgress stays unsent
         if let stdinWatch { loop.remove(stdinWatch) }
         if let socketWatch { loop.remove(socketWatch) }
         stdinWatch = nil

@@ -78,6 +78,15 @@ final class DiscoveryTests: XCTestCase {
         }, "hci0 was powered off")
     }
 
+    /// A bluetoothd that stops removes its adapters just before it leaves the bus: the reason
+    /// given is its leaving.
+    func testBluetoothdStoppingIsTheReasonOverItsAdapterGoing() throws {
+        XCTAssertEqual(try scanEnding {
+            try tree.emitInterfacesRemoved(path: Self.adapter, interfaces: [BlueZ.adapterInterface])
+            try bluez.releaseName(BlueZ.service)
+        }, "bluetoothd stopped")
+    }
+
     func testOtherChangesDoNotEndTheScan() throws {
         XCTAssertNil(try scanEnding {
             try tree.emitPropertiesChanged(path: Self.adapter, interface: BlueZ.adapterInterface, names: ["Powered"])  // still on

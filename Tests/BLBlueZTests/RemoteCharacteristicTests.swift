@@ -84,4 +84,18 @@ final class RemoteCharacteristicTests: XCTestCase {
         XCTAssertGreaterThan(calls, 2, "it did not try again")
         XCTAssertTrue(written.isEmpty)
     }
+
+    /// A cancelled write (its writer has finished) is not sent again, and says nothing more.
+    func testACancelledWriteIsNotSentAgain() throws {
+        busyFor = .max
+        var outcome: Result<Void, ToolError>?
+        let pending = characteristic.write([1], type: .request, timeout: 5) { outcome = $0 }
+        XCTAssertTrue(loop.run(until: { self.calls >= 2 }, timeout: 3), "it did not try again")
+        pending.cancel()
+        let callsThen = calls
+        _ = loop.run(until: { false }, timeout: 0.3)
+        XCTAssertLessThanOrEqual(calls, callsThen + 1, "sent again after cancel")  // one may be under way
+        XCTAssertNil(outcome)
+        XCTAssertTrue(written.isEmpty)
+    }
 }

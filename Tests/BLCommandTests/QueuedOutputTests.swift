@@ -329,7 +329,7 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertTrue(got() == payload)
     }
 
-    /// With a time limit (after an interrupt), a reader that never reads does not hold the
+    /// With an idle limit (after an interrupt), a reader that never reads does not hold the
     /// drain for ever: it gives up with ETIMEDOUT, keeping what it could not write.
     func testDrainWithATimeoutGivesUpOnAStalledReader() throws {
         let (r, w) = makeBlockingPipe()
@@ -338,11 +338,41 @@ final class QueuedOutputTests: XCTestCase {
         let out = QueuedOutput(fd: w, loop: loop)
         out.write(Self.pattern(700_000, seed: 5))
         let started = MonotonicClock.seconds()
-        XCTAssertThrowsError(try out.drain(timeout: 0.3)) { XCTAssertEqual($0 as? Errno, .timedOut) }
+        XCTAssertThrowsError(try out.drain(idleTimeout: 0.3)) { XCTAssertEqual($0 as? Errno, .timedOut) }
         let took = MonotonicClock.seconds() - started
         XCTAssertGreaterThanOrEqual(took, 0.3)
         XCTAssertLessThan(took, 2)
         XCTAssertGreaterThan(out.queuedCount, 0)
         out.close()
+    }
+
+    /// The idle limit restarts whenever the reader takes something: a slow reader that keeps
+    /// reading gets everything, however long it takes in all.
+    func testDrainWithAnIdleLimitWaitsForAReaderThatKeepsReading() throws {
+        let (r, w) = makeBlockingPipe()
+        defer { close(r) }
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: w, loop: loop)
+        let payload = Self.pattern(400_000, seed: 7)
+        out.write(payload)
+        let done = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var got: [UInt8] = []
+        DispatchQueue.global().async {
+            var buffer = [UInt8](repeating: 0, count: 32 * 1024)
+            while true {
+                usleep(60_000)  // 32 KiB every 60 ms: about 0.75 s in all
+                let n = read(r, &buffer, buffer.count)
+                if n <= 0 { break }
+                got += buffer[0..<n]
+            }
+            done.signal()
+        }
+        let started = MonotonicClock.seconds()
+        try out.drain(idleTimeout: 0.3)
+        XCTAssertGreaterThan(MonotonicClock.seconds() - started, 0.3, "too fast to show anything")
+        out.close()
+        close(w)
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(got == payload, "got \(got.count) of \(payload.count) bytes")
     }
 }
