@@ -457,7 +457,9 @@ final class Writer {
             let address = characteristic.peer.device.address
             let wait = max(1, Double(sinceFence) * Writer.slowLinkWriteInterval)
             if wait <= Writer.longestUnconfirmedWait {
-                Tool.note("nothing to read on \(address) to confirm the last \(sinceFence) writes; waiting \(Int(wait.rounded(.up))) s before disconnecting")
+                let message = "nothing to read on \(address) to confirm the last \(sinceFence) writes; waiting \(Int(wait.rounded(.up))) s before disconnecting"
+                // A wait long enough to look like a hang is said without -v.
+                if wait > 2 { Tool.warn(message) } else { Tool.note(message) }
                 _ = loop.run(until: { [unowned self] in self.finished }, timeout: wait)
             } else {
                 characteristic.peer.leaveUp(because: "nothing on it can be read to learn when bluetoothd has sent the last \(sinceFence) write commands")
