@@ -7,11 +7,10 @@ import BLTestSupport
 /// Discovery against a stand-in owning org.bluez on a private bus: a scan ends, saying why, when
 /// its adapter goes away or is powered off, not only when bluetoothd does.
 final class DiscoveryTests: XCTestCase {
-    private var bus: BusFixture!
-    private var loop: EventLoop!
-    private var bluez: DBusConnection!
-    private var tree: ExportedObjectTree!
-    private var client: BlueZClient!
+    private var bluez: BlueZStandIn!
+    private var loop: EventLoop { bluez.loop }
+    private var tree: ExportedObjectTree { bluez.tree }
+    private var client: BlueZClient { bluez.client }
     private var powered = true
     private var discovering = false
 
@@ -19,11 +18,7 @@ final class DiscoveryTests: XCTestCase {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        bus = try BusFixture()
-        loop = EventLoop()
-        bluez = try DBusConnection(address: bus.address, loop: loop)
-        tree = ExportedObjectTree(root: "/")
-        try tree.add(ExportedObject(path: Self.adapter, interfaces: [
+        bluez = try BlueZStandIn([ExportedObject(path: Self.adapter, interfaces: [
             ExportedInterface(BlueZ.adapterInterface)
                 .property("Address") { .string("00:AA:00:00:00:00") }
                 .property("Powered") { [unowned self] in .bool(self.powered) }
@@ -36,18 +31,12 @@ final class DiscoveryTests: XCTestCase {
                     self.discovering = false
                     _ = call.reply([])
                 },
-        ]), announce: false)
-        try bluez.export(tree)
-        XCTAssertEqual(try bluez.requestName(BlueZ.service), .primaryOwner)
-        client = BlueZClient(loop: loop, bus: try DBusConnection(address: bus.address, loop: loop))
+        ])])
     }
 
     override func tearDown() {
-        client = nil
-        tree = nil
+        bluez?.stop()
         bluez = nil
-        loop = nil
-        bus?.stop()
         super.tearDown()
     }
 
@@ -83,7 +72,7 @@ final class DiscoveryTests: XCTestCase {
     func testBluetoothdStoppingIsTheReasonOverItsAdapterGoing() throws {
         XCTAssertEqual(try scanEnding {
             try tree.emitInterfacesRemoved(path: Self.adapter, interfaces: [BlueZ.adapterInterface])
-            try bluez.releaseName(BlueZ.service)
+            try bluez.connection.releaseName(BlueZ.service)
         }, "bluetoothd stopped")
     }
 

@@ -7,10 +7,8 @@ import BLTestSupport
 /// LinkWatch against a private bus where a stand-in owns org.bluez and sends what bluetoothd
 /// sends: which signals end a link in use, and which do not.
 final class LinkWatchTests: XCTestCase {
-    private var bus: BusFixture!
-    private var loop: EventLoop!
-    private var bluez: DBusConnection!
-    private var tree: ExportedObjectTree!
+    private var bluez: BlueZStandIn!
+    private var loop: EventLoop { bluez.loop }
     private var connected = true
     private var peer: Peer!
     private var losses: [LinkWatch.Loss] = []
@@ -22,32 +20,23 @@ final class LinkWatchTests: XCTestCase {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        bus = try BusFixture()
-        loop = EventLoop()
-        bluez = try DBusConnection(address: bus.address, loop: loop)
-        tree = ExportedObjectTree(root: "/")
-        try tree.add(ExportedObject(path: Self.device, interfaces: [
+        bluez = try BlueZStandIn([ExportedObject(path: Self.device, interfaces: [
             ExportedInterface(BlueZ.deviceInterface).property("Connected") { [unowned self] in .bool(self.connected) },
-        ]), announce: false)
-        try bluez.export(tree)
-        XCTAssertEqual(try bluez.requestName(BlueZ.service), .primaryOwner)
-        let client = BlueZClient(loop: loop, bus: try DBusConnection(address: bus.address, loop: loop))
-        peer = Peer(client: client, device: DeviceInfo(path: Self.device, properties: ["Address": .string("00:AA:01:00:00:01")]),
-                    madeConnection: false, foundConnected: true)
+        ])])
+        peer = bluez.peer(Self.device)
         watch = try peer.watch(characteristics: [Self.char]) { [unowned self] in self.losses.append($0) }
     }
 
     override func tearDown() {
         watch = nil
         peer = nil
+        bluez?.stop()
         bluez = nil
-        loop = nil
-        bus?.stop()
         super.tearDown()
     }
 
     private func removed(_ path: String, _ interfaces: [String]) throws {
-        try tree.emitInterfacesRemoved(path: path, interfaces: interfaces)
+        try bluez.tree.emitInterfacesRemoved(path: path, interfaces: interfaces)
     }
 
     /// Runs the loop for `seconds`, or until a loss is seen.
@@ -68,7 +57,7 @@ final class LinkWatchTests: XCTestCase {
         // bluetoothd takes the objects out first, then says the link is down.
         try removed(Self.char, [BlueZ.gattCharacteristicInterface])
         connected = false
-        try tree.emitPropertiesChanged(path: Self.device, interface: BlueZ.deviceInterface, names: ["Connected"])
+        try bluez.tree.emitPropertiesChanged(path: Self.device, interface: BlueZ.deviceInterface, names: ["Connected"])
         settle()
         XCTAssertEqual(losses, [.disconnected])
     }
@@ -100,8 +89,7 @@ final class LinkWatchTests: XCTestCase {
     }
 
     func testBluetoothdLeavingTheBus() throws {
-        bluez.close()
-        bluez = nil
+        bluez.connection.close()
         settle()
         XCTAssertEqual(losses, [.bluetoothdStopped])
     }
@@ -109,7 +97,7 @@ final class LinkWatchTests: XCTestCase {
     /// The bus itself going (dbus-daemon killed: no NameOwnerChanged ever comes) ends the watch
     /// too, and says so.
     func testTheBusGoing() throws {
-        bus.kill()
+        bluez.bus.kill()
         settle()
         XCTAssertEqual(losses, [.bluetoothdStopped])
         XCTAssertEqual(peer.describe(.bluetoothdStopped, uuid: "fff1"), "lost the connection to the system bus")

@@ -6,9 +6,8 @@ import BLTestSupport
 
 /// RemoteCharacteristic's calls against a stand-in owning org.bluez on a private bus.
 final class RemoteCharacteristicTests: XCTestCase {
-    private var bus: BusFixture!
-    private var loop: EventLoop!
-    private var bluez: DBusConnection!
+    private var bluez: BlueZStandIn!
+    private var loop: EventLoop { bluez.loop }
     private var characteristic: RemoteCharacteristic!
     /// How many WriteValue calls are refused with InProgress before one is taken.
     private var busyFor = 0
@@ -20,11 +19,7 @@ final class RemoteCharacteristicTests: XCTestCase {
 
     override func setUpWithError() throws {
         try super.setUpWithError()
-        bus = try BusFixture()
-        loop = EventLoop()
-        bluez = try DBusConnection(address: bus.address, loop: loop)
-        let tree = ExportedObjectTree(root: "/")
-        try tree.add(ExportedObject(path: Self.char, interfaces: [
+        bluez = try BlueZStandIn([ExportedObject(path: Self.char, interfaces: [
             ExportedInterface(BlueZ.gattCharacteristicInterface).method("WriteValue") { [unowned self] call in
                 self.calls += 1
                 if self.busyFor > 0 {
@@ -35,21 +30,15 @@ final class RemoteCharacteristicTests: XCTestCase {
                 self.written.append(call.arguments.first?.bytes ?? [])
                 _ = call.reply([])
             },
-        ]), announce: false)
-        try bluez.export(tree)
-        XCTAssertEqual(try bluez.requestName(BlueZ.service), .primaryOwner)
-        let client = BlueZClient(loop: loop, bus: try DBusConnection(address: bus.address, loop: loop))
-        let peer = Peer(client: client, device: DeviceInfo(path: Self.device, properties: ["Address": .string("00:AA:01:00:00:01")]),
-                        madeConnection: false, foundConnected: true)
-        characteristic = RemoteCharacteristic(peer: peer, path: Self.char,
+        ])])
+        characteristic = RemoteCharacteristic(peer: bluez.peer(Self.device), path: Self.char,
                                               properties: ["UUID": .string("0000ffe1-0000-1000-8000-00805f9b34fb"), "Flags": .stringArray(["write"])])
     }
 
     override func tearDown() {
         characteristic = nil
+        bluez?.stop()
         bluez = nil
-        loop = nil
-        bus?.stop()
         super.tearDown()
     }
 
