@@ -416,11 +416,9 @@ public final class Peripheral {
     private func takeSnapshot(_ objects: BlueZObjects) {
         var now: Set<String> = []
         for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath) {
-            if let properties = objects.properties(path, BlueZ.deviceInterface) { noteKind(path, properties) }
-        }
-        for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath)
-        where objects.properties(path, BlueZ.deviceInterface)?["Connected"]?.bool == true {
-            now.insert(path)
+            guard let properties = objects.properties(path, BlueZ.deviceInterface) else { continue }
+            noteKind(path, properties)
+            if properties["Connected"]?.bool == true { now.insert(path) }
         }
         for device in connectedDevices.subtracting(now).sorted() { setConnected(device, false) }
         for device in now.subtracting(connectedDevices).sorted() { setConnected(device, true) }
