@@ -68,7 +68,7 @@ struct Send {
                 if case .failure(let error) = outcome {
                     // Replies cannot be delivered any more (stdout failed, a pull read was
                     // refused): what stdin still holds would be sent for nothing.
-                    if error.code != .interrupted { writer.repliesFailed(error) }
+                    if error.code != .interrupted { writer.fail(error) }
                     return
                 }
                 switch r.ending {
@@ -263,7 +263,7 @@ final class Writer {
             // A non-blocking stdin shared with another reader that took the data first.
             return
         } catch {
-            finish(.failure(ToolError(.ioError, "stdin: \(error) (\(confirmed) bytes confirmed)")))
+            fail(.ioError, "stdin: \(error)")
             return
         }
         if n == 0 {
@@ -363,7 +363,7 @@ final class Writer {
                 }
                 self.pump()
             case .failure(let error):
-                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes confirmed)")))
+                self.fail(error)
             }
         }
     }
@@ -382,7 +382,7 @@ final class Writer {
                 }
                 if !sent { return }
             } catch {
-                finish(.failure(ToolError(.unavailable, "\(characteristic.peer.device.address) went away: \(error) (\(confirmed) bytes confirmed)")))
+                fail(.unavailable, "\(characteristic.peer.device.address) went away: \(error)")
                 return
             }
             written += piece.count
@@ -406,7 +406,7 @@ final class Writer {
             self.sinceFence = 0
             self.lastTaken = MonotonicClock.seconds()
             if case .failure(let error) = result {
-                self.finish(.failure(ToolError(error.code, "\(error.message) (\(self.confirmed) bytes confirmed)")))
+                self.fail(error)
                 return
             }
             self.confirmed = covered
@@ -421,7 +421,7 @@ final class Writer {
             return
         }
         if MonotonicClock.seconds() - lastTaken >= Writer.stallLimit {
-            finish(.failure(ToolError(.tempFail, "bluetoothd took no write for \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
+            fail(.tempFail, "bluetoothd took no write for \(Int(Writer.stallLimit)) s")
         }
     }
 
@@ -439,7 +439,7 @@ final class Writer {
             loop.cancel(tick)
             guard !finished else { return }
             guard drained else {
-                finish(.failure(ToolError(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s (\(confirmed) bytes confirmed)")))
+                fail(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s")
                 return
             }
         }
@@ -471,18 +471,22 @@ final class Writer {
     /// The link went (`reason`; seen here or by whoever else watches it): what is not written
     /// yet cannot go.
     func linkLost(_ reason: String) {
-        finish(.failure(ToolError(.unavailable, "\(reason) (\(confirmed) bytes confirmed)")))
-    }
-
-    /// The replies to what is written can no longer be delivered: stop, saying why and how much
-    /// got through.
-    func repliesFailed(_ error: ToolError) {
-        finish(.failure(ToolError(error.code, "\(error.message) (\(confirmed) bytes confirmed)")))
+        fail(.unavailable, reason)
     }
 
     /// SIGINT or SIGTERM: stop, saying how much got through.
     func interrupt() {
-        finish(.failure(ToolError(.interrupted, "interrupted (\(confirmed) bytes confirmed)")))
+        fail(.interrupted, "interrupted")
+    }
+
+    /// Ends with `error`, saying how much got through (also when the replies to what is
+    /// written can no longer be delivered).
+    func fail(_ error: ToolError) {
+        fail(error.code, error.message)
+    }
+
+    private func fail(_ code: ExitCode, _ message: String) {
+        finish(.failure(ToolError(code, "\(message) (\(confirmed) bytes confirmed)")))
     }
 
     func finish(_ result: Result<Void, ToolError>) {
