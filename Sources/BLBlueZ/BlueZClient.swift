@@ -196,3 +196,15 @@ public final class BlueZClient {
 public func formatSeconds(_ seconds: Double) -> String {
     seconds == seconds.rounded() && seconds < 1e9 ? String(Int(seconds)) : String(seconds)
 }
+
+extension BlueZClient {
+    /// What a central tool runs in: an event loop that also carries the diagnostics, a client of
+    /// bluetoothd, and SIGINT/SIGTERM watched. After a signal, `body`'s failure is exit 130.
+    public static func session(_ body: (BlueZClient, InterruptWatch) throws -> Void) throws {
+        let loop = EventLoop()
+        Tool.queueDiagnostics(on: loop)
+        let client = try BlueZClient(loop: loop)
+        let interrupted = InterruptWatch(loop: loop)
+        try interrupted.guarding { try body(client, interrupted) }
+    }
+}

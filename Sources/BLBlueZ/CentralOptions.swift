@@ -37,6 +37,18 @@ public struct CentralTarget {
         connectTimeout = try options.seconds("connect-timeout", in: 0.1...3600) ?? 10
     }
 
+    /// Connects (`connect`) and runs `body` with the peer. A link made here is ended when `body`
+    /// returns or throws, and also by a second signal, which does not wait for anything more.
+    public func withPeer(_ client: BlueZClient, _ interrupted: InterruptWatch, _ body: (Peer) throws -> Void) throws {
+        let peer = try connect(client)
+        defer {
+            client.loop.clearStop()
+            peer.disconnect()
+        }
+        interrupted.onSecondInterrupt = { _ in peer.disconnectBeforeExit() }
+        try body(peer)
+    }
+
     /// Finds and connects to the device. The caller disconnects (`Peer.disconnect`) when done.
     public func connect(_ client: BlueZClient) throws(ToolError) -> Peer {
         // One listing serves the adapter, the device and, when the device is already connected

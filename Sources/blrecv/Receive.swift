@@ -10,22 +10,13 @@ struct Receive {
     let buffer: Int
 
     func run() throws {
-        let loop = EventLoop()
-        Tool.queueDiagnostics(on: loop)
-        let client = try BlueZClient(loop: loop)
-        let interrupted = InterruptWatch(loop: loop)
-        try interrupted.guarding { try receive(client, interrupted) }
+        try BlueZClient.session { client, interrupted in
+            try target.withPeer(client, interrupted) { peer in try receive(peer, interrupted) }
+        }
     }
 
-    private func receive(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {
-        let loop = client.loop
-        let peer = try target.connect(client)
-        defer {
-            loop.clearStop()
-            peer.disconnect()
-        }
-        // A second signal does not wait for anything more, but still ends a link made here.
-        interrupted.onSecondInterrupt = { _ in peer.disconnectBeforeExit() }
+    private func receive(_ peer: Peer, _ interrupted: InterruptWatch) throws {
+        let loop = peer.client.loop
         let characteristic = try peer.characteristic(service: target.service, uuid: target.notifyCharacteristic,
                                                      preferring: readOnce ? ["read"] : ["notify", "indicate"])
         if readOnce {

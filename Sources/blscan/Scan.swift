@@ -15,11 +15,7 @@ struct Scan {
     let nameWait = 1.0
 
     func run() throws {
-        let loop = EventLoop()
-        Tool.queueDiagnostics(on: loop)
-        let client = try BlueZClient(loop: loop)
-        let interrupted = InterruptWatch(loop: loop)
-        try interrupted.guarding { try scan(client, interrupted) }
+        try BlueZClient.session(scan)
     }
 
     private func scan(_ client: BlueZClient, _ interrupted: InterruptWatch) throws {

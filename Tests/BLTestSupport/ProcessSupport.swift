@@ -67,3 +67,25 @@ public func toolDocsProblems(_ tool: String) throws -> String? {
     let text = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
     return process.wait() == 0 ? nil : text
 }
+
+/// Runs `tool` with each of `argumentLists`: each must be a usage error, exit 64 with nothing on
+/// stdout and one line on stderr starting "TOOL: ". Returns what differs, nil when nothing does.
+public func usageErrorProblems(_ tool: String, _ argumentLists: [[String]]) throws -> String? {
+    var problems: [String] = []
+    for arguments in argumentLists {
+        let result = try runTool(tool, arguments)
+        let lines = result.stderr.filter { $0 == "\n" }.count
+        if result.status != 64 || !result.stdout.isEmpty || !result.stderr.hasPrefix("\(tool): ") || lines != 1 {
+            problems.append("\(arguments): exit \(result.status), \(result.stdout.count) bytes out, stderr \(result.stderr.debugDescription)")
+        }
+    }
+    return problems.isEmpty ? nil : problems.joined(separator: "\n")
+}
+
+/// Runs `tool` with a system bus address nothing listens on: it must end with 69, saying that it
+/// cannot connect to the system bus. Returns what differs, nil when nothing does.
+public func noBusProblems(_ tool: String, _ arguments: [String]) throws -> String? {
+    let result = try runTool(tool, arguments, environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"])
+    if result.status == 69 && result.stderr.hasPrefix("\(tool): cannot connect to the system bus") { return nil }
+    return "exit \(result.status), stderr \(result.stderr.debugDescription)"
+}
