@@ -15,8 +15,11 @@ import BLDBus
 /// is registered again the same way. It also follows `Device1.Connected` of the
 /// adapter's devices, so the server knows which centrals are connected.
 ///
-/// Only calls from bluetoothd's current unique name reach the application's callbacks; any other
-/// caller on the bus gets NotPermitted.
+/// With a ``PairingAgent``, the agent is registered before the application, each time (so
+/// centrals can pair from their first connection on), and unregistered with it.
+///
+/// Only calls from bluetoothd's current unique name reach the application's callbacks (and the
+/// agent's); any other caller on the bus gets NotPermitted (Rejected).
 ///
 /// Not `Sendable`.
 public final class Peripheral {
@@ -44,6 +47,7 @@ public final class Peripheral {
     public let adapterName: String
     public let application: GattApplication
     public let advertisement: LEAdvertisement?
+    public let agent: PairingAgent?
     public var adapterPath: String { "/org/bluez/" + adapterName }
 
     public private(set) var state: State = .stopped
@@ -69,6 +73,8 @@ public final class Peripheral {
     public var onStateChange: ((State) -> Void)?
     /// A registration call failed (the peripheral retries by itself).
     public var onRegistrationError: ((DBusError) -> Void)?
+    /// The agent's registration failed: the service goes on, but centrals cannot pair.
+    public var onAgentError: ((DBusError) -> Void)?
     /// A device of the adapter connected (true) or disconnected (false).
     public var onConnectionChange: ((_ device: String, _ connected: Bool) -> Void)?
 
@@ -87,15 +93,19 @@ public final class Peripheral {
     private var subscriptions: [SubscriptionToken] = []
     private var loop: EventLoop { bus.loop }
 
-    public init(bus: DBusConnection, adapterName: String, application: GattApplication, advertisement: LEAdvertisement?) {
+    public init(bus: DBusConnection, adapterName: String, application: GattApplication, advertisement: LEAdvertisement?,
+                agent: PairingAgent? = nil) {
         self.bus = bus
         self.adapterName = adapterName
         self.application = application
         self.advertisement = advertisement
-        application.acceptCall = { [weak self] call in
+        self.agent = agent
+        let fromBluetoothd = { [weak self] (call: IncomingCall) -> Bool in
             guard let self, let owner = self.bluezOwner else { return false }
             return call.sender == owner
         }
+        application.acceptCall = fromBluetoothd
+        agent?.acceptCall = fromBluetoothd
         // bluetoothd dropped the advertisement by itself (its adapter's advertising manager went,
         // or the kernel removed the instance): register again, or centrals no longer find us.
         advertisement?.onRelease = { [weak self] in self?.advertisementReleased() }
@@ -111,6 +121,7 @@ public final class Peripheral {
         precondition(!running, "Peripheral started twice")
         try bus.export(application.tree)
         if let advertisement { try bus.export(advertisement.tree) }
+        if let agent { try bus.export(agent.tree) }
         running = true
         subscriptions.append(try bus.subscribeNameOwnerChanged(BlueZ.service) { [weak self] _, old, new in
             self?.bluezOwnerChanged(old: old, new: new)
@@ -155,9 +166,15 @@ public final class Peripheral {
             _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
                                      interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
                                      args: [.objectPath(application.root)], timeout: timeout)
+            if let agent {
+                _ = try? bus.callAndWait(destination: BlueZ.service, path: "/org/bluez",
+                                         interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
+                                         args: [.objectPath(agent.path)], timeout: timeout)
+            }
         }
         bus.unexport(application.tree)
         if let advertisement { bus.unexport(advertisement.tree) }
+        if let agent { bus.unexport(agent.tree) }
         setState(.stopped)
     }
 
@@ -238,6 +255,22 @@ public final class Peripheral {
 
     private func register(_ gen: Int) {
         setState(.registering)
+        guard let agent else { return registerApplication(gen) }
+        // The agent first: a central may pair as soon as it finds the advertisement. Without it
+        // the service still works for centrals that do not pair, so a failure is reported and
+        // the registration goes on.
+        bus.call(destination: BlueZ.service, path: "/org/bluez", interface: BlueZ.agentManagerInterface,
+                 member: "RegisterAgent", args: [.objectPath(agent.path), .string(PairingAgent.capability)],
+                 timeout: 15) { [weak self] result in
+            guard let self, gen == self.generation, self.running else { return }
+            if case .failure(let error) = result, !Self.alreadyExists(error) {
+                self.onAgentError?(DBusError(name: error.name, message: "RegisterAgent: \(error.message) (centrals cannot pair)"))
+            }
+            self.registerApplication(gen)
+        }
+    }
+
+    private func registerApplication(_ gen: Int) {
         bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.gattManagerInterface,
                  member: "RegisterApplication", args: [.objectPath(application.root), .stringDict([:])],
                  timeout: 15) { [weak self] result in

@@ -35,7 +35,7 @@ enum BlserveCommand {
             OptionSpec("max-held", value: "BYTES", help: "frame mode: a central's next request waits while BYTES of its replies are unsent (16M)"),
             OptionSpec("max-buffered", value: "BYTES", help: "frame mode: for all centrals together, new frames are refused and requests wait while BYTES are held (32M)"),
             OptionSpec("allow", value: "ADDR", help: "only this central may read and write (repeatable)"),
-            OptionSpec("secure", help: "require an encrypted (paired) link for reads, writes and notifications"),
+            OptionSpec("secure", help: "require an encrypted (paired) link; agree to Just Works pairing for centrals --allow lets in"),
             OptionSpec("verbose", short: "v", help: "log one line per request, and the registration, to stderr"),
         ],
         operands: 0...Int.max,

@@ -74,7 +74,10 @@ final class Server {
         let name = config.name ?? LEAdvertisement.defaultLocalName()
         let advertisement = LEAdvertisement(path: "/org/blpipe/blserve_advertisement", serviceUUIDs: [config.serviceUUID],
                                             localName: name)
-        peripheral = Peripheral(bus: bus, adapterName: adapterName, application: application, advertisement: advertisement)
+        // --secure: centrals must pair, and a headless machine has nobody to say yes (PairingAgent).
+        let agent = config.secure ? PairingAgent(path: "/org/blpipe/blserve_agent") { _ in false } : nil
+        peripheral = Peripheral(bus: bus, adapterName: adapterName, application: application, advertisement: advertisement,
+                                agent: agent)
         notifier = Notifier(characteristic: application.characteristics[application.characteristics.count - 1], bus: bus)
         notifier.canPush = { [unowned self] device in self.canPush(to: device) }
         notifier.soleCentral = { [unowned self] in
@@ -90,6 +93,17 @@ final class Server {
     }
 
     private func wireCallbacks() {
+        if let agent = peripheral.agent {
+            agent.accept = { [unowned self] device in self.mayPair(device) }
+            agent.onDecision = { [unowned self] device, accepted in
+                let who = BluetoothAddress.fromDevicePath(device) ?? device
+                if accepted {
+                    self.debug("\(who): pairing accepted")
+                } else if self.config.verbose {
+                    Tool.warn("\(who): pairing refused")
+                }
+            }
+        }
         for c in application.characteristics {
             if c.flags.contains(where: { $0.contains("write") }) {
                 c.onWrite = { [unowned self] value, options, call in
@@ -161,6 +175,16 @@ final class Server {
     }
 
     /// Applies --allow and records the central's MTU. A refused call is answered here.
+    /// A central may pair (Just Works, --secure) when it is a device of this adapter that --allow
+    /// lets in. bluetoothd asks its default agent about every adapter's pairings; for the others
+    /// the answer is no, as it is with no agent at all.
+    private func mayPair(_ device: String) -> Bool {
+        guard device.hasPrefix(peripheral.adapterPath + "/"), let address = BluetoothAddress.fromDevicePath(device) else {
+            return false
+        }
+        return config.allow.isEmpty || config.allow.contains(address)
+    }
+
     private func admit(_ options: GattRequestOptions, _ call: IncomingCall) -> Bool {
         guard let device = options.device, options.address != nil else {
             call.fail(GattError.notPermitted("No device"))
@@ -254,6 +278,7 @@ final class Server {
             self.loop.callSoon { [unowned self] in self.shutdown() }
         }
         var firstError: DBusError?
+        peripheral.onAgentError = { error in Tool.warn(error.oneLine) }
         peripheral.onRegistrationError = { [unowned self] error in
             if self.peripheral.registrationCount == 0 {
                 firstError = error

@@ -24,6 +24,8 @@ final class FakeBluetoothd {
     /// (sender, path) → the advertisement's properties.
     private(set) var advertisements: [String: [String: DBusValue]] = [:]
     private(set) var registerCalls = 0
+    /// (sender, path) → the capability of each agent registered with AgentManager1.
+    private(set) var agents: [String: String] = [:]
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
     private var notificationToken: SubscriptionToken?
@@ -60,6 +62,20 @@ final class FakeBluetoothd {
                 },
         ])
         try tree.add(adapter, announce: false)
+        try tree.add(ExportedObject(path: "/org/bluez", interfaces: [
+            ExportedInterface(BlueZ.agentManagerInterface)
+                .method("RegisterAgent", inSignature: "os") { [unowned self] call in
+                    let key = (call.sender ?? "") + (call.arguments[0].objectPath ?? "")
+                    if self.agents[key] != nil { return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
+                    self.agents[key] = call.arguments[1].string ?? ""
+                    call.reply([])
+                }
+                .method("UnregisterAgent", inSignature: "o") { [unowned self] call in
+                    let key = (call.sender ?? "") + (call.arguments[0].objectPath ?? "")
+                    if self.agents.removeValue(forKey: key) == nil { return call.fail(name: "org.bluez.Error.DoesNotExist", message: "No such agent") }
+                    call.reply([])
+                },
+        ]), announce: false)
         try connection.export(tree)
         XCTAssertEqual(try connection.requestName(BlueZ.service), .primaryOwner)
     }
@@ -72,6 +88,7 @@ final class FakeBluetoothd {
         connection = nil
         applications.removeAll()
         advertisements.removeAll()
+        agents.removeAll()
         notificationToken = nil
         try connect()
         if !serverName.isEmpty { try watchNotifications(of: serverName) }
@@ -126,6 +143,18 @@ final class FakeBluetoothd {
                 self.notifications.append(value)
                 self.notificationSources.append("signal")
             }
+        }
+    }
+
+    /// Calls `member` of the agent `server` registered at `path`, as bluetoothd does when a
+    /// central pairs (RequestAuthorization for Just Works).
+    func askAgent(of server: String, path: String, _ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {
+        do {
+            _ = try connection.callAndWait(destination: server, path: path, interface: BlueZ.agentInterface, member: member,
+                                           args: args, timeout: 5)
+            return .success(())
+        } catch {
+            return .failure(error)
         }
     }
 

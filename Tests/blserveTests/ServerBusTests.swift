@@ -163,6 +163,47 @@ final class ServerBusTests: XCTestCase {
         XCTAssertLessThan(MonotonicClock.seconds() - back, 1, "registered by a retry, not by the adapter's return")
     }
 
+    /// --secure: blserve's agent (NoInputNoOutput) is registered before the application, again
+    /// after a bluetoothd restart, and unregistered at the end. It accepts a Just Works pairing
+    /// only from a central of its adapter that --allow lets in, refuses what needs a person, and
+    /// answers bluetoothd only.
+    func testSecureRegistersAnAgentThatAcceptsOnlyAllowedCentralsOfItsAdapter() throws {
+        try start(["--secure", "--allow", "00:00:00:00:00:01", "cat"])
+        let agent = "/org/blpipe/blserve_agent"
+        XCTAssertEqual(bluez.agents[connection.uniqueName + agent], "NoInputNoOutput")
+        func ask(_ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {
+            bluez.askAgent(of: connection.uniqueName, path: agent, member, args)
+        }
+        func rejected(_ result: Result<Void, DBusError>) -> Bool {
+            if case .failure(let error) = result { return error.name == "org.bluez.Error.Rejected" }
+            return false
+        }
+        XCTAssertNoThrow(try ask("RequestAuthorization", [.objectPath(a)]).get())
+        XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath(b)])), "a central --allow does not list")
+        XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath("/org/bluez/hci1/dev_00_00_00_00_00_01")])),
+                      "another adapter's device")
+        XCTAssertTrue(rejected(ask("RequestConfirmation", [.objectPath(a), .uint32(123456)])))
+        XCTAssertTrue(rejected(ask("AuthorizeService", [.objectPath(a), .string("0000110b-0000-1000-8000-00805f9b34fb")])))
+        let other = try DBusConnection(address: bus.address, loop: loop)
+        XCTAssertThrowsError(try other.callAndWait(destination: connection.uniqueName, path: agent, interface: BlueZ.agentInterface,
+                                                   member: "RequestAuthorization", args: [.objectPath(a)], timeout: 5)) { error in
+            XCTAssertEqual((error as? DBusError)?.name, "org.bluez.Error.Rejected", "a caller other than bluetoothd")
+        }
+
+        try bluez.restart()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.registrationCount == 2 }, timeout: 5), "\(server.peripheral.state)")
+        XCTAssertEqual(bluez.agents[connection.uniqueName + agent], "NoInputNoOutput", "not registered again")
+        XCTAssertNoThrow(try ask("RequestAuthorization", [.objectPath(a)]).get())
+
+        server.shutdown()
+        XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
+    }
+
+    func testNoAgentWithoutSecure() throws {
+        try start(["cat"])
+        XCTAssertTrue(bluez.agents.isEmpty)
+    }
+
     func testOnlyBluetoothdMayCall() throws {
         try start(["cat"])
         let other = try DBusConnection(address: bus.address, loop: loop)
