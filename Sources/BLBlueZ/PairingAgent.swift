@@ -5,15 +5,16 @@ import BLDBus
 /// Raspberry Pi serving centrals: it accepts "Just Works" pairing (no PIN, no passkey) from the
 /// devices ``accept`` approves and refuses everything else.
 ///
-/// Why a peripheral needs one: when a central pairs, the kernel asks bluetoothd to confirm even
-/// a Just Works pairing, and bluetoothd asks its default agent (`RequestAuthorization`); with no
-/// agent registered it refuses, and the central's pairing fails ("No agent available" in
-/// bluetoothd's log). Registered with `AgentManager1.RegisterAgent` and capability
-/// `NoInputNoOutput`, this agent becomes the default one only when no other program (a desktop's
-/// Bluetooth applet, `bluetoothctl`) has registered one; bluetoothd then also tells the
-/// controllers that this side can neither show nor enter a number, which is what selects Just
-/// Works. While another agent is the default, that one keeps answering, and this one takes over
-/// when it goes (BlueZ 5.59 and later keep registered agents in a queue).
+/// Why a peripheral needs one: when a central pairs, the kernel (Linux 5.8 and later) asks
+/// bluetoothd to confirm even a Just Works pairing, and bluetoothd asks its default agent
+/// (`RequestAuthorization`); with no agent registered it refuses, and the central's pairing
+/// fails ("No agent available" in bluetoothd's log). Registered with
+/// `AgentManager1.RegisterAgent` and capability `NoInputNoOutput`, this agent becomes the
+/// default one only when no other program (a desktop's Bluetooth applet) has registered one
+/// before; bluetoothd then tells every adapter that this side can neither show nor enter a
+/// number (which selects Just Works) and makes them bondable. While another agent is the
+/// default, that one keeps answering, and this one takes over when it goes (BlueZ 5.51 and
+/// later queue the agents registered).
 ///
 /// Requests that need a person (a PIN, a passkey, comparing numbers) are refused: accepting
 /// them unseen would defeat what the other side asked for. So are service authorisations

@@ -90,6 +90,8 @@ public final class Peripheral {
     private var retryTimer: TimerToken?
     private var nextRetry = Peripheral.retryInterval
     private var poweringRequested = false
+    /// The agent is registered with the bluetoothd that runs now (it is not tied to the adapter).
+    private var agentRegistered = false
     private var subscriptions: [SubscriptionToken] = []
     private var loop: EventLoop { bus.loop }
 
@@ -145,10 +147,11 @@ public final class Peripheral {
         attempt()
     }
 
-    /// Unregisters (waiting up to `timeout` seconds for each of the two calls; the loop keeps
-    /// running) and stops serving the objects. Safe to call more than once.
+    /// Unregisters (waiting up to `timeout` seconds for each call; the loop keeps running) and
+    /// stops serving the objects. Safe to call more than once.
     ///
-    /// The corresponding BlueZ methods are `UnregisterAdvertisement` and `UnregisterApplication`.
+    /// The corresponding BlueZ methods are `UnregisterAdvertisement`, `UnregisterApplication`
+    /// and `UnregisterAgent`.
     public func stop(timeout: Double = 2) {
         guard running else { return }
         running = false
@@ -166,12 +169,14 @@ public final class Peripheral {
             _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
                                      interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
                                      args: [.objectPath(application.root)], timeout: timeout)
-            if let agent {
-                _ = try? bus.callAndWait(destination: BlueZ.service, path: "/org/bluez",
-                                         interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
-                                         args: [.objectPath(agent.path)], timeout: timeout)
-            }
         }
+        // Also while the adapter is away: the agent belongs to bluetoothd, not to the adapter.
+        if let agent, agentRegistered, bluezOwner != nil, bus.isConnected {
+            _ = try? bus.callAndWait(destination: BlueZ.service, path: "/org/bluez",
+                                     interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
+                                     args: [.objectPath(agent.path)], timeout: timeout)
+        }
+        agentRegistered = false
         bus.unexport(application.tree)
         if let advertisement { bus.unexport(advertisement.tree) }
         if let agent { bus.unexport(agent.tree) }
@@ -264,7 +269,10 @@ public final class Peripheral {
                  timeout: 15) { [weak self] result in
             guard let self, gen == self.generation, self.running else { return }
             if case .failure(let error) = result, !Self.alreadyExists(error) {
+                self.agentRegistered = false
                 self.onAgentError?(DBusError(name: error.name, message: "RegisterAgent: \(error.message) (centrals cannot pair)"))
+            } else {
+                self.agentRegistered = true
             }
             self.registerApplication(gen)
         }
@@ -367,6 +375,7 @@ public final class Peripheral {
         guard running else { return }
         if old != nil {
             bluezOwner = nil
+            agentRegistered = false
             lost("bluetoothd is not running")
         }
         if let new {

@@ -96,7 +96,9 @@ final class Server {
         if let agent = peripheral.agent {
             agent.accept = { [unowned self] device in self.mayPair(device) }
             agent.onDecision = { [unowned self] device, accepted in
-                let who = BluetoothAddress.fromDevicePath(device) ?? device
+                // Another adapter's device is named by its path (it may be this adapter's own address).
+                let ours = device.hasPrefix(self.peripheral.adapterPath + "/")
+                let who = ours ? BluetoothAddress.fromDevicePath(device) ?? device : device
                 if accepted {
                     self.debug("\(who): pairing accepted")
                 } else if self.config.verbose {
@@ -174,7 +176,6 @@ final class Server {
         }
     }
 
-    /// Applies --allow and records the central's MTU. A refused call is answered here.
     /// A central may pair (Just Works, --secure) when it is a device of this adapter that --allow
     /// lets in. bluetoothd asks its default agent about every adapter's pairings; for the others
     /// the answer is no, as it is with no agent at all.
@@ -185,6 +186,7 @@ final class Server {
         return config.allow.isEmpty || config.allow.contains(address)
     }
 
+    /// Applies --allow and records the central's MTU. A refused call is answered here.
     private func admit(_ options: GattRequestOptions, _ call: IncomingCall) -> Bool {
         guard let device = options.device, options.address != nil else {
             call.fail(GattError.notPermitted("No device"))

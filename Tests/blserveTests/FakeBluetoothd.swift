@@ -24,8 +24,11 @@ final class FakeBluetoothd {
     /// (sender, path) → the advertisement's properties.
     private(set) var advertisements: [String: [String: DBusValue]] = [:]
     private(set) var registerCalls = 0
-    /// (sender, path) → the capability of each agent registered with AgentManager1.
+    /// (sender, path) → the capability of each agent registered with AgentManager1 (one per
+    /// sender, as in bluetoothd).
     private(set) var agents: [String: String] = [:]
+    /// The registration calls in the order they came ("agent", "application", "advertisement").
+    private(set) var registrationOrder: [String] = []
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
     private var notificationToken: SubscriptionToken?
@@ -65,9 +68,12 @@ final class FakeBluetoothd {
         try tree.add(ExportedObject(path: "/org/bluez", interfaces: [
             ExportedInterface(BlueZ.agentManagerInterface)
                 .method("RegisterAgent", inSignature: "os") { [unowned self] call in
-                    let key = (call.sender ?? "") + (call.arguments[0].objectPath ?? "")
-                    if self.agents[key] != nil { return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists") }
-                    self.agents[key] = call.arguments[1].string ?? ""
+                    self.registrationOrder.append("agent")
+                    let sender = call.sender ?? ""
+                    if self.agents.keys.contains(where: { $0.hasPrefix(sender + "/") }) {
+                        return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+                    }
+                    self.agents[sender + (call.arguments[0].objectPath ?? "")] = call.arguments[1].string ?? ""
                     call.reply([])
                 }
                 .method("UnregisterAgent", inSignature: "o") { [unowned self] call in
@@ -96,6 +102,7 @@ final class FakeBluetoothd {
 
     private func registerApplication(_ call: IncomingCall) {
         registerCalls += 1
+        registrationOrder.append("application")
         guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
         connection.call(destination: sender, path: path, interface: DBusInterfaceName.objectManager, member: "GetManagedObjects",
                         timeout: 5) { [unowned self] result in

@@ -171,6 +171,7 @@ final class ServerBusTests: XCTestCase {
         try start(["--secure", "--allow", "00:00:00:00:00:01", "cat"])
         let agent = "/org/blpipe/blserve_agent"
         XCTAssertEqual(bluez.agents[connection.uniqueName + agent], "NoInputNoOutput")
+        XCTAssertEqual(bluez.registrationOrder, ["agent", "application"], "a central may pair as soon as it finds the service")
         func ask(_ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {
             bluez.askAgent(of: connection.uniqueName, path: agent, member, args)
         }
@@ -182,6 +183,8 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath(b)])), "a central --allow does not list")
         XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath("/org/bluez/hci1/dev_00_00_00_00_00_01")])),
                       "another adapter's device")
+        XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath("/org/bluez/hci00/dev_00_00_00_00_00_01")])),
+                      "a device of an adapter whose name starts like this one's")
         XCTAssertTrue(rejected(ask("RequestConfirmation", [.objectPath(a), .uint32(123456)])))
         XCTAssertTrue(rejected(ask("AuthorizeService", [.objectPath(a), .string("0000110b-0000-1000-8000-00805f9b34fb")])))
         let other = try DBusConnection(address: bus.address, loop: loop)
@@ -195,6 +198,17 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.agents[connection.uniqueName + agent], "NoInputNoOutput", "not registered again")
         XCTAssertNoThrow(try ask("RequestAuthorization", [.objectPath(a)]).get())
 
+        server.shutdown()
+        XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
+    }
+
+    /// The agent belongs to bluetoothd, not to the adapter: it is unregistered at the end also
+    /// while the adapter is away.
+    func testSecureUnregistersTheAgentWhileTheAdapterIsAway() throws {
+        try start(["--secure", "cat"])
+        XCTAssertEqual(bluez.agents.count, 1)
+        try bluez.removeAdapter()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.state != .registered }, timeout: 5))
         server.shutdown()
         XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
     }
