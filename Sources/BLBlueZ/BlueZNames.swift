@@ -12,6 +12,8 @@ public enum BlueZ {
     public static let gattManagerInterface = "org.bluez.GattManager1"
     public static let advertisingManagerInterface = "org.bluez.LEAdvertisingManager1"
     public static let advertisementInterface = "org.bluez.LEAdvertisement1"
+    /// bluetoothd's object for AgentManager1 (and the parent of the adapters).
+    public static let managerPath = "/org/bluez"
     public static let agentManagerInterface = "org.bluez.AgentManager1"
     public static let agentInterface = "org.bluez.Agent1"
 }

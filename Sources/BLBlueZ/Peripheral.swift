@@ -172,7 +172,7 @@ public final class Peripheral {
         }
         // Also while the adapter is away: the agent belongs to bluetoothd, not to the adapter.
         if let agent, agentRegistered, bluezOwner != nil, bus.isConnected {
-            _ = try? bus.callAndWait(destination: BlueZ.service, path: "/org/bluez",
+            _ = try? bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
                                      interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
                                      args: [.objectPath(agent.path)], timeout: timeout)
         }
@@ -264,7 +264,7 @@ public final class Peripheral {
         // The agent first: a central may pair as soon as it finds the advertisement. Without it
         // the service still works for centrals that do not pair, so a failure is reported and
         // the registration goes on.
-        bus.call(destination: BlueZ.service, path: "/org/bluez", interface: BlueZ.agentManagerInterface,
+        bus.call(destination: BlueZ.service, path: BlueZ.managerPath, interface: BlueZ.agentManagerInterface,
                  member: "RegisterAgent", args: [.objectPath(agent.path), .string(PairingAgent.capability)],
                  timeout: 15) { [weak self] result in
             guard let self, gen == self.generation, self.running else { return }

@@ -97,8 +97,7 @@ final class Server {
             agent.accept = { [unowned self] device in self.mayPair(device) }
             agent.onDecision = { [unowned self] device, accepted in
                 // Another adapter's device is named by its path (it may be this adapter's own address).
-                let ours = device.hasPrefix(self.peripheral.adapterPath + "/")
-                let who = ours ? BluetoothAddress.fromDevicePath(device) ?? device : device
+                let who = self.ownDeviceAddress(device) ?? device
                 if accepted {
                     self.debug("\(who): pairing accepted")
                 } else if self.config.verbose {
@@ -180,10 +179,13 @@ final class Server {
     /// lets in. bluetoothd asks its default agent about every adapter's pairings; for the others
     /// the answer is no, as it is with no agent at all.
     private func mayPair(_ device: String) -> Bool {
-        guard device.hasPrefix(peripheral.adapterPath + "/"), let address = BluetoothAddress.fromDevicePath(device) else {
-            return false
-        }
+        guard let address = ownDeviceAddress(device) else { return false }
         return config.allow.isEmpty || config.allow.contains(address)
+    }
+
+    /// The address of `device` (an object path) when it is a device of this adapter, else nil.
+    private func ownDeviceAddress(_ device: String) -> String? {
+        device.hasPrefix(peripheral.adapterPath + "/") ? BluetoothAddress.fromDevicePath(device) : nil
     }
 
     /// Applies --allow and records the central's MTU. A refused call is answered here.

@@ -27,7 +27,7 @@ final class FakeBluetoothd {
     /// (sender, path) → the capability of each agent registered with AgentManager1 (one per
     /// sender, as in bluetoothd).
     private(set) var agents: [String: String] = [:]
-    /// The registration calls in the order they came ("agent", "application", "advertisement").
+    /// RegisterAgent and RegisterApplication calls in the order they came ("agent", "application").
     private(set) var registrationOrder: [String] = []
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
@@ -65,7 +65,7 @@ final class FakeBluetoothd {
                 },
         ])
         try tree.add(adapter, announce: false)
-        try tree.add(ExportedObject(path: "/org/bluez", interfaces: [
+        try tree.add(ExportedObject(path: BlueZ.managerPath, interfaces: [
             ExportedInterface(BlueZ.agentManagerInterface)
                 .method("RegisterAgent", inSignature: "os") { [unowned self] call in
                     self.registrationOrder.append("agent")
@@ -156,12 +156,9 @@ final class FakeBluetoothd {
     /// Calls `member` of the agent `server` registered at `path`, as bluetoothd does when a
     /// central pairs (RequestAuthorization for Just Works).
     func askAgent(of server: String, path: String, _ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {
-        do {
+        Result { () throws(DBusError) in
             _ = try connection.callAndWait(destination: server, path: path, interface: BlueZ.agentInterface, member: member,
                                            args: args, timeout: 5)
-            return .success(())
-        } catch {
-            return .failure(error)
         }
     }
 

@@ -175,10 +175,7 @@ final class ServerBusTests: XCTestCase {
         func ask(_ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {
             bluez.askAgent(of: connection.uniqueName, path: agent, member, args)
         }
-        func rejected(_ result: Result<Void, DBusError>) -> Bool {
-            if case .failure(let error) = result { return error.name == "org.bluez.Error.Rejected" }
-            return false
-        }
+        func rejected(_ result: Result<Void, DBusError>) -> Bool { refusal(result) == "Rejected" }
         XCTAssertNoThrow(try ask("RequestAuthorization", [.objectPath(a)]).get())
         XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath(b)])), "a central --allow does not list")
         XCTAssertTrue(rejected(ask("RequestAuthorization", [.objectPath("/org/bluez/hci1/dev_00_00_00_00_00_01")])),
