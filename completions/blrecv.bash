@@ -12,7 +12,7 @@ _blrecv() {
         --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout|--buffer)
             return ;;
     esac
-    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --verbose --no-pull --read
+    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --pair --verbose --no-pull --read
         --eom --count --timeout --buffer --help --version -a -v -r -n -t -h' -- "$cur"))
 }
 complete -F _blrecv blrecv

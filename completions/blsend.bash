@@ -15,7 +15,7 @@ _blsend() {
         --service|--char|--scan-timeout|--connect-timeout|-n|--count|-t|--timeout)
             return ;;
     esac
-    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --verbose --write --eom
+    COMPREPLY=($(compgen -W '--adapter --service --char --nus --scan-timeout --connect-timeout --pair --verbose --write --eom
         --reply --count --timeout --progress --help --version -a -v -w -r -n -t -p -h' -- "$cur"))
 }
 complete -F _blsend blsend

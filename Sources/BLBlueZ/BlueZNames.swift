@@ -148,8 +148,13 @@ public enum BlueZErrors {
         case "NotPermitted" where error.message.hasSuffix(" acquired"):
             // "Write acquired", "Notify acquired": another process holds the characteristic's socket.
             return .unavailable
-        case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AccessDenied":
+        case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AuthenticationCanceled",
+             "AccessDenied":
             return .noPermission
+        case "AuthenticationTimeout":
+            return .tempFail
+        case "ConnectionAttemptFailed":
+            return .unavailable
         case "Blocked":
             return .unavailable
         case "InvalidArguments", "InvalidArgs", "InvalidLength", "InvalidValueLength", "InvalidOffset":
@@ -178,6 +183,11 @@ public enum BlueZErrors {
         }
         if error.shortName == "NotPermitted" && error.message == "Write acquired" {
             return ToolError(.unavailable, "\(what): another process holds its write socket (Write acquired)")
+        }
+        if error.shortName == "NotPermitted" && error.message == "Not paired" {
+            // The device answered "insufficient encryption" (or authentication) and no bond let
+            // bluetoothd encrypt the link.
+            return ToolError(.noPermission, "\(what): the device wants an encrypted link and is not paired (try --pair)")
         }
         return ToolError(exitCode(for: error), "\(what): \(error.oneLine)")
     }

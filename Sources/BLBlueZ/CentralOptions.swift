@@ -11,6 +11,11 @@ public struct CentralTarget {
     public var notifyCharacteristic: String
     public var scanTimeout: Double
     public var connectTimeout: Double
+    /// Pair with the device after connecting, unless already paired (`--pair`).
+    public var pair: Bool
+
+    /// Seconds a pairing may take: the other side may ask a person (a phone shows a dialog).
+    public static let pairingTimeout: Double = 30
 
     /// The options, for a tool's CommandSpec.
     public static let options: [OptionSpec] = [
@@ -20,6 +25,7 @@ public struct CentralTarget {
         OptionSpec("nus", help: "Nordic UART Service: write to 6e400002-…, notifications from 6e400003-…"),
         OptionSpec("scan-timeout", value: "S", help: "seconds to scan for DEV when bluetoothd does not know it (10)"),
         OptionSpec("connect-timeout", value: "S", help: "seconds to connect and resolve services (10)"),
+        OptionSpec("pair", help: "pair with DEV (Just Works, no PIN) unless already paired: for devices that want an encrypted link"),
         OptionSpec("verbose", short: "v", help: "say on stderr what is being done (adapter, device, MTU, rate)"),
     ]
 
@@ -35,6 +41,7 @@ public struct CentralTarget {
         notifyCharacteristic = layout.notify
         scanTimeout = try options.seconds("scan-timeout", in: 0...3600) ?? 10
         connectTimeout = try options.seconds("connect-timeout", in: 0.1...3600) ?? 10
+        pair = options.has("pair")
     }
 
     /// Connects (`connect`) and runs `body` with the peer. A link made here is ended when `body`
@@ -65,6 +72,16 @@ public struct CentralTarget {
         }
         Tool.note((peer.madeConnection ? "connected" : "already connected")
                   + ", services resolved in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")
+        if pair {
+            // Before any characteristic is used: a pairing changes nothing in bluetoothd's
+            // listing of the device's services. On failure the link made here is ended.
+            do {
+                try peer.pairUnlessPaired(timeout: Self.pairingTimeout)
+            } catch {
+                peer.disconnect()
+                throw error
+            }
+        }
         if peer.foundConnected, let before = listed.properties(peer.path, BlueZ.deviceInterface),
            before["Connected"]?.bool == true, before["ServicesResolved"]?.bool == true {
             peer.resolvedListing = listed

@@ -90,6 +90,13 @@ final class BlueZNamesTests: XCTestCase {
         let held = BlueZErrors.toolError("writing to x", DBusError(name: "org.bluez.Error.NotPermitted", message: "Write acquired"))
         XCTAssertEqual(held.code, .unavailable)
         XCTAssertTrue(held.message.contains("another process holds its write socket"), held.message)
+        // A device wanting an encrypted link, unpaired: the message says what to do.
+        let unpaired = BlueZErrors.toolError("writing to x", DBusError(name: "org.bluez.Error.NotPermitted", message: "Not paired"))
+        XCTAssertEqual(unpaired.code, .noPermission)
+        XCTAssertTrue(unpaired.message.contains("encrypted link") && unpaired.message.contains("--pair"), unpaired.message)
+        XCTAssertEqual(code("org.bluez.Error.AuthenticationCanceled"), .noPermission)
+        XCTAssertEqual(code("org.bluez.Error.AuthenticationTimeout"), .tempFail)
+        XCTAssertEqual(code("org.bluez.Error.ConnectionAttemptFailed"), .unavailable)
         XCTAssertEqual(code("org.bluez.Error.InvalidArguments", "Invalid Length"), .dataError)
         XCTAssertEqual(code("org.bluez.Error.NotReady"), .unavailable)
         XCTAssertEqual(code("org.freedesktop.DBus.Error.UnknownObject"), .unavailable)
