@@ -210,6 +210,18 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
     }
 
+    /// A device known over BR/EDR (it has a Class of Device) pairs for classic profiles, not as
+    /// a central of ours: refused, also without --allow.
+    func testSecureRefusesAClassicPairing() throws {
+        try start(["--secure", "cat"])
+        let headset = FakeBluetoothd.device(4)
+        try bluez.setDeviceProperties(headset, ["AddressType": .string("public"), "Class": .uint32(0x240404)])
+        let agent = "/org/blpipe/blserve_agent"
+        XCTAssertEqual(refusal(bluez.askAgent(of: connection.uniqueName, path: agent, "RequestAuthorization", [.objectPath(headset)])),
+                       "Rejected")
+        XCTAssertNoThrow(try bluez.askAgent(of: connection.uniqueName, path: agent, "RequestAuthorization", [.objectPath(a)]).get())
+    }
+
     func testNoAgentWithoutSecure() throws {
         try start(["cat"])
         XCTAssertTrue(bluez.agents.isEmpty)
