@@ -170,7 +170,11 @@ public final class NotificationReceiver {
             if self.waitingForReader || self.ownReadOutstanding { self.lastActivity = MonotonicClock.seconds() }
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
-                if self.bytesReceived > 0 {
+                if self.options.eom && self.bytesReceived > 0 {
+                    // EOM says the data is complete; without it, what came may be cut short.
+                    self.end(.silence, .failure(ToolError(.tempFail, "no EOM: \(formatSeconds(silence)) s without a notification"
+                                                          + self.receivedSoFar)))
+                } else if self.bytesReceived > 0 {
                     self.end(.silence, .success(()))
                 } else {
                     self.end(.silence, .failure(ToolError(.tempFail, "no notification within \(formatSeconds(silence)) s")))
@@ -429,7 +433,17 @@ public final class NotificationReceiver {
             if finished { return }
         }
         let why = reason ?? "\(characteristic.peer.device.address) disconnected"
-        end(.disconnected(why), bytesReceived > 0 ? .success(()) : .failure(ToolError(.unavailable, why)))
+        if options.eom && bytesReceived > 0 {
+            // The data was to end with EOM: what came may be cut short.
+            end(.disconnected(why), .failure(ToolError(.ioError, why + " before EOM" + receivedSoFar)))
+        } else {
+            end(.disconnected(why), bytesReceived > 0 ? .success(()) : .failure(ToolError(.unavailable, why)))
+        }
+    }
+
+    /// " (N bytes received)" when some were, for a message about an end without EOM.
+    private var receivedSoFar: String {
+        bytesReceived > 0 ? " (\(bytesReceived) bytes received)" : ""
     }
 
     /// Ends the receiver and reports `result` (only the first call counts).

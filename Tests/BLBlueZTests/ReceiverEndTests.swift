@@ -1,0 +1,132 @@
+import XCTest
+import BLCommand
+import BLDBus
+import BLTestSupport
+@testable import BLBlueZ
+
+/// How a NotificationReceiver ends, against a stand-in owning org.bluez on a private bus that
+/// notifies through StartNotify (PropertiesChanged of Value) and drops the link: with `eom`
+/// only EOM is a complete transfer; without it, data then a disconnect or silence is success.
+final class ReceiverEndTests: XCTestCase {
+    private var bluez: BlueZStandIn!
+    private var loop: EventLoop { bluez.loop }
+    private var connected = true
+    private var receiver: NotificationReceiver!
+    private var outcome: Result<Void, ToolError>?
+    private var output: (read: Int32, write: Int32) = (-1, -1)
+
+    private static let device = "/org/bluez/hci0/dev_00_AA_01_00_00_01"
+    private static let char = device + "/service0010/char0011"
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        bluez = try BlueZStandIn([
+            ExportedObject(path: Self.device, interfaces: [
+                ExportedInterface(BlueZ.deviceInterface).property("Connected") { [unowned self] in .bool(self.connected) },
+            ]),
+            ExportedObject(path: Self.char, interfaces: [
+                ExportedInterface(BlueZ.gattCharacteristicInterface)
+                    .property("Notifying") { .bool(false) }
+                    .property("Value") { .bytes([]) }
+                    .method("AcquireNotify") { call in call.fail(name: "org.bluez.Error.NotSupported", message: "Not Supported") }
+                    .method("StartNotify") { call in _ = call.reply([]) }
+                    .method("StopNotify") { call in _ = call.reply([]) },
+            ]),
+        ])
+        output = try FileIO.pipe()
+        try FileIO.setNonBlocking(output.read)
+    }
+
+    override func tearDown() {
+        receiver?.close()
+        receiver = nil
+        for fd in [output.read, output.write] where fd >= 0 { _ = Glibc.close(fd) }
+        bluez?.stop()
+        bluez = nil
+        super.tearDown()
+    }
+
+    private func start(eom: Bool, silence: Double? = nil) throws {
+        var options = NotificationReceiver.Options()
+        options.eom = eom
+        options.silence = silence
+        let characteristic = RemoteCharacteristic(peer: bluez.peer(Self.device), path: Self.char, properties: [
+            "UUID": .string("0000fff2-0000-1000-8000-00805f9b34fb"), "Flags": .stringArray(["read", "notify"]),
+        ])
+        receiver = NotificationReceiver(characteristic: characteristic, options: options,
+                                        out: QueuedOutput(fd: output.write, loop: loop))
+        receiver.onFinish = { [unowned self] in self.outcome = $0 }
+        try receiver.start()
+        receiver.armSilenceTimer()
+    }
+
+    private func notify(_ text: String) throws {
+        try bluez.tree.emitPropertiesChanged(path: Self.char, interface: BlueZ.gattCharacteristicInterface,
+                                             changed: ["Value": .bytes(Array(text.utf8))])
+    }
+
+    private func disconnect() throws {
+        connected = false
+        try bluez.tree.emitPropertiesChanged(path: Self.device, interface: BlueZ.deviceInterface, changed: ["Connected": .bool(false)])
+    }
+
+    /// Runs until the receiver ends; returns what it wrote.
+    private func finish() throws -> String {
+        XCTAssertTrue(loop.run(until: { self.outcome != nil }, timeout: 5), "the receiver did not end")
+        receiver.close()
+        _ = Glibc.close(output.write)
+        output.write = -1
+        return String(decoding: readPipe(output.read, on: loop, timeout: 5) ?? [], as: UTF8.self)
+    }
+
+    private func failure() -> ToolError? {
+        guard case .failure(let error)? = outcome else { return nil }
+        return error
+    }
+
+    func testEOMEndsItWithSuccessAndIsNotWritten() throws {
+        try start(eom: true)
+        try notify("abc")
+        try notify("EOM")
+        XCTAssertEqual(try finish(), "abc")
+        XCTAssertNoThrow(try outcome?.get())
+        XCTAssertEqual(receiver.ending, .endOfMessage)
+    }
+
+    /// The link dropping before EOM: what came is written, and the exit says it is incomplete.
+    func testADisconnectBeforeEOMIsAnIncompleteTransfer() throws {
+        try start(eom: true)
+        try notify("abc")
+        try notify("def")
+        _ = loop.run(until: { false }, timeout: 0.2)
+        try disconnect()
+        XCTAssertEqual(try finish(), "abcdef")
+        XCTAssertEqual(failure()?.code, .ioError)
+        XCTAssertEqual(failure()?.message, "00:AA:01:00:00:01 disconnected before EOM (6 bytes received)")
+    }
+
+    func testSilenceBeforeEOMIsATimeout() throws {
+        try start(eom: true, silence: 0.3)
+        try notify("abc")
+        XCTAssertEqual(try finish(), "abc")
+        XCTAssertEqual(failure()?.code, .tempFail)
+        XCTAssertEqual(failure()?.message, "no EOM: 0.3 s without a notification (3 bytes received)")
+    }
+
+    /// Without --eom a stream has no end of its own: data, then the link's end, is success.
+    func testWithoutEOMADisconnectAfterDataIsSuccess() throws {
+        try start(eom: false)
+        try notify("abc")
+        _ = loop.run(until: { false }, timeout: 0.2)
+        try disconnect()
+        XCTAssertEqual(try finish(), "abc")
+        XCTAssertNoThrow(try outcome?.get())
+    }
+
+    func testADisconnectBeforeAnyDataIsUnavailable() throws {
+        try start(eom: true)
+        try disconnect()
+        XCTAssertEqual(try finish(), "")
+        XCTAssertEqual(failure()?.code, .unavailable)
+    }
+}
