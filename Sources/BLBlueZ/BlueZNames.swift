@@ -148,13 +148,13 @@ public enum BlueZErrors {
         case "NotPermitted" where error.message.hasSuffix(" acquired"):
             // "Write acquired", "Notify acquired": another process holds the characteristic's socket.
             return .unavailable
-        case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AuthenticationCanceled",
-             "AccessDenied":
+        case "NotPermitted", "NotAuthorized", "AuthenticationFailed", "AuthenticationRejected", "AccessDenied":
             return .noPermission
+        case "AuthenticationCanceled", "ConnectionAttemptFailed":
+            // Canceled: also the link lost, or no resources, while pairing (5.66 device.c).
+            return .unavailable
         case "AuthenticationTimeout":
             return .tempFail
-        case "ConnectionAttemptFailed":
-            return .unavailable
         case "Blocked":
             return .unavailable
         case "InvalidArguments", "InvalidArgs", "InvalidLength", "InvalidValueLength", "InvalidOffset":
@@ -185,9 +185,11 @@ public enum BlueZErrors {
             return ToolError(.unavailable, "\(what): another process holds its write socket (Write acquired)")
         }
         if error.shortName == "NotPermitted" && error.message == "Not paired" {
-            // The device answered "insufficient encryption" (or authentication) and no bond let
-            // bluetoothd encrypt the link.
-            return ToolError(.noPermission, "\(what): the device wants an encrypted link and is not paired (try --pair)")
+            // The device answered "insufficient encryption", "insufficient authentication" or
+            // "key size": no bond at all (--pair), or one it does not take (it lost its keys, or
+            // wants a pairing with a passkey, which Just Works is not).
+            return ToolError(.noPermission, "\(what): the device wants an encrypted link with a bond it accepts (Not paired):"
+                             + " pair with --pair; if already paired, it may have lost its keys (bluetoothctl remove ADDR, then --pair)")
         }
         return ToolError(exitCode(for: error), "\(what): \(error.oneLine)")
     }

@@ -78,6 +78,7 @@ public struct CentralTarget {
             do {
                 try peer.pairUnlessPaired(timeout: Self.pairingTimeout)
             } catch {
+                client.loop.clearStop()  // after a signal, so that Disconnect is still sent
                 peer.disconnect()
                 throw error
             }

@@ -170,7 +170,9 @@ public final class NotificationReceiver {
             if self.waitingForReader || self.ownReadOutstanding { self.lastActivity = MonotonicClock.seconds() }
             let quiet = MonotonicClock.seconds() - self.lastActivity
             if quiet >= silence - 0.001 {
-                if self.options.eom && self.bytesReceived > 0 {
+                if self.eomHeldBack {
+                    self.end(.endOfMessage, .success(()))
+                } else if self.options.eom && self.bytesReceived > 0 {
                     // EOM says the data is complete; without it, what came may be cut short.
                     self.end(.silence, .failure(ToolError(.tempFail, "no EOM: \(formatSeconds(silence)) s without a notification"
                                                           + self.receivedSoFar)))
@@ -433,12 +435,19 @@ public final class NotificationReceiver {
             if finished { return }
         }
         let why = reason ?? "\(characteristic.peer.device.address) disconnected"
-        if options.eom && bytesReceived > 0 {
+        if eomHeldBack {
+            end(.endOfMessage, .success(()))
+        } else if options.eom && bytesReceived > 0 {
             // The data was to end with EOM: what came may be cut short.
             end(.disconnected(why), .failure(ToolError(.ioError, why + " before EOM" + receivedSoFar)))
         } else {
             end(.disconnected(why), bytesReceived > 0 ? .success(()) : .failure(ToolError(.unavailable, why)))
         }
+    }
+
+    /// EOM came during a pull and waits for it to end (with `eom`): the data is complete.
+    private var eomHeldBack: Bool {
+        options.eom && (held.contains(Self.endOfMessage) || duringRead.contains(Self.endOfMessage))
     }
 
     /// " (N bytes received)" when some were, for a message about an end without EOM.

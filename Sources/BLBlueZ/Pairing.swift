@@ -9,20 +9,24 @@ extension Peer {
     /// bond with it, for peripherals whose characteristics want an encrypted link (such as
     /// `blserve --secure`). Returns false when the device was already paired.
     ///
-    /// Since Linux 5.8 the kernel asks bluetoothd to confirm even a Just Works pairing, and
-    /// bluetoothd agrees by itself only to one that a program asked for (`Device1.Pair`) and only
-    /// when that program, or some other, has an agent registered; on a machine with none (a
-    /// headless one) every pairing fails. So a ``PairingAgent`` (NoInputNoOutput, which makes the
-    /// pairing Just Works) is registered for the time of the `Pair` call; it agrees to this device
-    /// only and answers bluetoothd only. If `Pair` outlasts `timeout`, the pairing is cancelled.
+    /// Since Linux 5.8 the kernel asks bluetoothd to confirm even a Just Works pairing.
+    /// bluetoothd agrees by itself to one that a program asked for (`Device1.Pair`), but only
+    /// when some agent is registered, and it asks the agent of the program that called Pair
+    /// first; on a machine with none (a headless one) every pairing fails. So a ``PairingAgent``
+    /// (NoInputNoOutput, which makes the pairing Just Works) is registered for the time of the
+    /// call. bluetoothd does not ask it about this pairing; should it ask about anything else
+    /// meanwhile (while no other agent is registered it is the default one), only this device
+    /// is agreed to, and only bluetoothd is answered. If `Pair` outlasts `timeout`, or a signal
+    /// comes, the pairing is cancelled unless it has just completed.
     @discardableResult
     public func pairUnlessPaired(timeout: Double) throws(ToolError) -> Bool {
         let what = "pairing with \(device.address)"
-        if try client.property(path, BlueZ.deviceInterface, "Paired", what: what).bool == true {
+        if try isPaired(what) {
             Tool.note("already paired with \(device.address)")
             return false
         }
         let bus = client.bus
+        let loop = client.loop
         let owner = try? bus.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
                                          interface: "org.freedesktop.DBus", member: "GetNameOwner",
                                          args: [.string(BlueZ.service)], timeout: 5).first?.string
@@ -32,25 +36,27 @@ extension Peer {
         agent.onDecision = { device, accepted in
             Tool.note("\(accepted ? "agreed to" : "refused") bluetoothd's question about \(device)")
         }
-        var registered = false
-        do {
-            try bus.export(agent.tree)
-            _ = try bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
-                                    interface: BlueZ.agentManagerInterface, member: "RegisterAgent",
-                                    args: [.objectPath(agent.path), .string(PairingAgent.capability)], timeout: 10)
-            registered = true
-        } catch {
-            if error.is(DBusError.Name.interrupted) { throw ToolError.quiet(.interrupted) }
-            // Another agent (a desktop's) may still let the pairing through.
-            Tool.warn("\(what): could not register a pairing agent (\(error.oneLine)); trying without")
-        }
+        var registering = false
         defer {
-            if registered {
+            // Also after a signal: the calls below must not give up at once.
+            loop.clearStop()
+            if registering {
                 _ = try? bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
                                          interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
                                          args: [.objectPath(agent.path)], timeout: 2)
             }
             bus.unexport(agent.tree)
+        }
+        do {
+            try bus.export(agent.tree)
+            registering = true
+            _ = try bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
+                                    interface: BlueZ.agentManagerInterface, member: "RegisterAgent",
+                                    args: [.objectPath(agent.path), .string(PairingAgent.capability)], timeout: 10)
+        } catch {
+            if error.is(DBusError.Name.interrupted) { throw ToolError.quiet(.interrupted) }
+            // Another agent (a desktop's) may still let the pairing through.
+            Tool.warn("\(what): could not register a pairing agent (\(error.oneLine)); trying without")
         }
         let started = MonotonicClock.seconds()
         do {
@@ -63,17 +69,26 @@ extension Peer {
             }
             let interrupted = error.is(DBusError.Name.interrupted)
             let timedOut = error.is(DBusError.Name.noReply) && MonotonicClock.seconds() - started >= timeout - 0.5
-            if interrupted || timedOut {
-                // bluetoothd goes on pairing unless told to stop.
-                bus.call(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
-                         member: "CancelPairing", timeout: 1) { _ in }
-                bus.flush(timeout: 1)
+            guard interrupted || timedOut else { throw BlueZErrors.toolError(what, error) }
+            loop.clearStop()
+            // bluetoothd goes on pairing unless told to stop. But CancelPairing with no pairing
+            // under way removes the bond (and drops the link): not if it has just completed.
+            // (A pairing completing between this look and the cancel would still be undone.)
+            if (try? isPaired(what)) == true {
                 if interrupted { throw ToolError.quiet(.interrupted) }
-                throw ToolError(.tempFail, "\(what): not done within \(formatSeconds(timeout)) s")
+                Tool.note("paired with \(device.address), after the wait for bluetoothd's answer")
+                return true
             }
-            throw BlueZErrors.toolError(what, error)
+            _ = try? bus.callAndWait(destination: BlueZ.service, path: path, interface: BlueZ.deviceInterface,
+                                     member: "CancelPairing", timeout: 2)
+            if interrupted { throw ToolError.quiet(.interrupted) }
+            throw ToolError(.tempFail, "\(what): not done within \(formatSeconds(timeout)) s")
         }
         Tool.note("paired with \(device.address) in \(Int((MonotonicClock.seconds() - started) * 1000)) ms")
         return true
+    }
+
+    private func isPaired(_ what: String) throws(ToolError) -> Bool {
+        try client.property(path, BlueZ.deviceInterface, "Paired", what: what).bool == true
     }
 }

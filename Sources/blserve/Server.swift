@@ -177,12 +177,14 @@ final class Server {
 
     /// A central may pair (Just Works, --secure) when it is a device of this adapter that --allow
     /// lets in. bluetoothd asks its default agent about every adapter's pairings; for the others
-    /// the answer is no, as it is with no agent at all. So it is for a device known over BR/EDR
-    /// (a Class of Device): a classic pairing (a headset, a keyboard, a phone's audio), not a
-    /// central of ours.
+    /// the answer is no, as it is with no agent at all. So it is, without --allow, for a device
+    /// known over BR/EDR (a Class of Device): a classic pairing (a headset, a keyboard, a phone's
+    /// audio), not a central of ours. A device --allow names is agreed to either way (a
+    /// dual-mode central, such as another Linux machine, may have shown a Class).
     private func mayPair(_ device: String) -> Bool {
-        guard let address = ownDeviceAddress(device), !peripheral.classicDevices.contains(device) else { return false }
-        return config.allow.isEmpty || config.allow.contains(address)
+        guard let address = ownDeviceAddress(device) else { return false }
+        if !config.allow.isEmpty { return config.allow.contains(address) }
+        return !peripheral.classicDevices.contains(device)
     }
 
     /// The address of `device` (an object path) when it is a device of this adapter, else nil.

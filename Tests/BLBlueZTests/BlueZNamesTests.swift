@@ -94,7 +94,7 @@ final class BlueZNamesTests: XCTestCase {
         let unpaired = BlueZErrors.toolError("writing to x", DBusError(name: "org.bluez.Error.NotPermitted", message: "Not paired"))
         XCTAssertEqual(unpaired.code, .noPermission)
         XCTAssertTrue(unpaired.message.contains("encrypted link") && unpaired.message.contains("--pair"), unpaired.message)
-        XCTAssertEqual(code("org.bluez.Error.AuthenticationCanceled"), .noPermission)
+        XCTAssertEqual(code("org.bluez.Error.AuthenticationCanceled"), .unavailable)
         XCTAssertEqual(code("org.bluez.Error.AuthenticationTimeout"), .tempFail)
         XCTAssertEqual(code("org.bluez.Error.ConnectionAttemptFailed"), .unavailable)
         XCTAssertEqual(code("org.bluez.Error.InvalidArguments", "Invalid Length"), .dataError)

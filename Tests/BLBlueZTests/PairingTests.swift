@@ -15,6 +15,9 @@ final class PairingTests: XCTestCase {
     private var paired = false
     /// How the stand-in answers Pair: nil to leave it unanswered.
     private var pairOutcome: DBusError?? = .some(nil)
+    /// The pairing completes but its answer does not come (with `pairOutcome` nil).
+    private var pairedWithoutAnswer = false
+    private var registerFails = false
     /// bluetoothd's questions to the agent during Pair, as (device, answer: nil when agreed).
     private var questions: [String] = []
     private var answers: [String: String] = [:]
@@ -31,7 +34,11 @@ final class PairingTests: XCTestCase {
         let manager = ExportedInterface(BlueZ.agentManagerInterface)
             .method("RegisterAgent") { [unowned self] call in
                 self.calls.append("RegisterAgent \(call.arguments.first?.objectPath ?? "") \(call.arguments.last?.string ?? "")")
-                _ = call.reply([])
+                if self.registerFails {
+                    call.fail(name: "org.bluez.Error.Failed", message: "no")
+                } else {
+                    _ = call.reply([])
+                }
             }
             .method("UnregisterAgent") { [unowned self] call in
                 self.calls.append("UnregisterAgent \(call.arguments.first?.objectPath ?? "")")
@@ -43,6 +50,7 @@ final class PairingTests: XCTestCase {
                 self.calls.append("Pair")
                 self.askAgent(of: call.sender ?? "") {
                     guard case .some(let failure) = self.pairOutcome else {
+                        if self.pairedWithoutAnswer { self.paired = true }
                         self.unanswered = call
                         return
                     }
@@ -72,7 +80,9 @@ final class PairingTests: XCTestCase {
     }
 
     /// Asks the tool's agent what bluetoothd might ask it (its device, another device) and what
-    /// another client might, recording the answers in `answers`, then calls `then`.
+    /// another client might, recording the answers in `answers`, then calls `then`. (bluetoothd
+    /// 5.66 agrees to the Just Works pairing Pair started without asking; the agent answers
+    /// what else it may be asked meanwhile, as the default agent when it is the only one.)
     private func askAgent(of client: String, then: @escaping () -> Void) {
         let asks: [(String, DBusConnection, String)] = [("own", bluez.connection, Self.device),
                                                         ("other device", bluez.connection, Self.otherDevice),
@@ -152,5 +162,38 @@ final class PairingTests: XCTestCase {
         XCTAssertEqual(calls.first, "RegisterAgent \(Peer.pairingAgentPath) NoInputNoOutput")
         XCTAssertTrue(calls.contains("UnregisterAgent \(Peer.pairingAgentPath)"), "\(calls)")
         XCTAssertFalse(paired)
+    }
+
+    /// The pairing completed as the wait for its answer ended: CancelPairing would remove the
+    /// new bond (and drop the link), so it is not sent.
+    func testAPairingCompletedAsTheWaitEndedIsKept() throws {
+        pairOutcome = .none
+        pairedWithoutAnswer = true
+        XCTAssertEqual(try pair(timeout: 0.6).get(), true)
+        XCTAssertFalse(calls.contains("CancelPairing"), "\(calls)")
+        XCTAssertTrue(paired)
+        XCTAssertEqual(calls.last, "UnregisterAgent \(Peer.pairingAgentPath)")
+    }
+
+    /// A signal while pairing: the pairing is cancelled and the agent unregistered, although
+    /// the loop was told to stop.
+    func testASignalWhilePairingCancelsItAndUnregisters() throws {
+        pairOutcome = .none
+        _ = loop.schedule(after: 0.3) { [unowned self] in self.loop.stop() }
+        XCTAssertThrowsError(try pair(timeout: 10).get()) { error in
+            XCTAssertEqual((error as? ToolError)?.code, .interrupted)
+        }
+        XCTAssertEqual(calls, ["RegisterAgent \(Peer.pairingAgentPath) NoInputNoOutput", "Pair", "CancelPairing",
+                               "UnregisterAgent \(Peer.pairingAgentPath)"])
+        XCTAssertFalse(agentStillExported)
+    }
+
+    /// An agent that cannot be registered is no reason to stop: another (a desktop's) may
+    /// still let the pairing through.
+    func testPairsEvenIfTheAgentCannotBeRegistered() throws {
+        registerFails = true
+        XCTAssertEqual(try pair().get(), true)
+        XCTAssertEqual(calls.prefix(2), ["RegisterAgent \(Peer.pairingAgentPath) NoInputNoOutput", "Pair"])
+        XCTAssertFalse(agentStillExported)
     }
 }

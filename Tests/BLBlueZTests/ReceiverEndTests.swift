@@ -14,6 +14,11 @@ final class ReceiverEndTests: XCTestCase {
     private var receiver: NotificationReceiver!
     private var outcome: Result<Void, ToolError>?
     private var output: (read: Int32, write: Int32) = (-1, -1)
+    /// What ReadValue answers, in turn; once they are used up, reads are left unanswered.
+    private var readValues: [String] = []
+    /// Notified just before the first read is answered (it then comes during the read).
+    private var notifyDuringRead: String?
+    private var unansweredReads: [IncomingCall] = []
 
     private static let device = "/org/bluez/hci0/dev_00_AA_01_00_00_01"
     private static let char = device + "/service0010/char0011"
@@ -30,7 +35,8 @@ final class ReceiverEndTests: XCTestCase {
                     .property("Value") { .bytes([]) }
                     .method("AcquireNotify") { call in call.fail(name: "org.bluez.Error.NotSupported", message: "Not Supported") }
                     .method("StartNotify") { call in _ = call.reply([]) }
-                    .method("StopNotify") { call in _ = call.reply([]) },
+                    .method("StopNotify") { call in _ = call.reply([]) }
+                    .method("ReadValue") { [unowned self] call in self.read(call) },
             ]),
         ])
         output = try FileIO.pipe()
@@ -40,10 +46,27 @@ final class ReceiverEndTests: XCTestCase {
     override func tearDown() {
         receiver?.close()
         receiver = nil
+        unansweredReads = []
         for fd in [output.read, output.write] where fd >= 0 { _ = Glibc.close(fd) }
         bluez?.stop()
         bluez = nil
         super.tearDown()
+    }
+
+    /// bluetoothd's ReadValue: a notification may come while it is under way, and the read
+    /// raises a Value change of its own (StartNotify's subscribers see both).
+    private func read(_ call: IncomingCall) {
+        guard !readValues.isEmpty else {
+            unansweredReads.append(call)
+            return
+        }
+        let value = readValues.removeFirst()
+        if let during = notifyDuringRead {
+            notifyDuringRead = nil
+            try? notify(during)
+        }
+        try? notify(value)
+        _ = call.reply([.bytes(Array(value.utf8))])
     }
 
     private func start(eom: Bool, silence: Double? = nil) throws {
@@ -106,11 +129,25 @@ final class ReceiverEndTests: XCTestCase {
     }
 
     func testSilenceBeforeEOMIsATimeout() throws {
-        try start(eom: true, silence: 0.3)
+        try start(eom: true, silence: 1.5)
         try notify("abc")
         XCTAssertEqual(try finish(), "abc")
         XCTAssertEqual(failure()?.code, .tempFail)
-        XCTAssertEqual(failure()?.message, "no EOM: 0.3 s without a notification (3 bytes received)")
+        XCTAssertEqual(failure()?.message, "no EOM: 1.5 s without a notification (3 bytes received)")
+    }
+
+    /// EOM notified while a pull's read was under way waits for the pull to end; the link
+    /// dropping meanwhile does not make the transfer incomplete: EOM came.
+    func testEOMHeldBackByAPullCountsWhenTheLinkDrops() throws {
+        readValues = ["T0000003abc"]
+        notifyDuringRead = "EOM"
+        try start(eom: true)
+        try notify("N0000000")
+        XCTAssertTrue(loop.run(until: { !self.unansweredReads.isEmpty }, timeout: 5), "the pull did not read again")
+        try disconnect()
+        XCTAssertEqual(try finish(), "N0000000T0000003abc")
+        XCTAssertNoThrow(try outcome?.get())
+        XCTAssertEqual(receiver.ending, .endOfMessage)
     }
 
     /// Without --eom a stream has no end of its own: data, then the link's end, is success.

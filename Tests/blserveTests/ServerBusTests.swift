@@ -211,15 +211,27 @@ final class ServerBusTests: XCTestCase {
     }
 
     /// A device known over BR/EDR (it has a Class of Device) pairs for classic profiles, not as
-    /// a central of ours: refused, also without --allow.
+    /// a central of ours: refused without --allow. One that --allow names is agreed to.
     func testSecureRefusesAClassicPairing() throws {
         try start(["--secure", "cat"])
-        let headset = FakeBluetoothd.device(4)
-        try bluez.setDeviceProperties(headset, ["AddressType": .string("public"), "Class": .uint32(0x240404)])
-        let agent = "/org/blpipe/blserve_agent"
-        XCTAssertEqual(refusal(bluez.askAgent(of: connection.uniqueName, path: agent, "RequestAuthorization", [.objectPath(headset)])),
-                       "Rejected")
-        XCTAssertNoThrow(try bluez.askAgent(of: connection.uniqueName, path: agent, "RequestAuthorization", [.objectPath(a)]).get())
+        try bluez.setDeviceProperties(dualMode, ["AddressType": .string("public"), "Class": .uint32(0x240404)])
+        XCTAssertEqual(agentAnswer(dualMode), "Rejected")
+        XCTAssertEqual(agentAnswer(a), "agreed")
+    }
+
+    func testSecureAgreesForADeviceWithAClassThatAllowNames() throws {
+        try start(["--secure", "--allow", "00:00:00:00:00:04", "cat"])
+        try bluez.setDeviceProperties(dualMode, ["AddressType": .string("public"), "Class": .uint32(0x240404)])
+        XCTAssertEqual(agentAnswer(dualMode), "agreed", "a dual-mode central --allow names")
+        XCTAssertEqual(agentAnswer(a), "Rejected")
+    }
+
+    private var dualMode: String { FakeBluetoothd.device(4) }
+
+    /// blserve's agent's answer to RequestAuthorization for `device`: "agreed" or the error.
+    private func agentAnswer(_ device: String) -> String {
+        refusal(bluez.askAgent(of: connection.uniqueName, path: "/org/blpipe/blserve_agent", "RequestAuthorization",
+                               [.objectPath(device)])) ?? "agreed"
     }
 
     func testNoAgentWithoutSecure() throws {
