@@ -11,8 +11,8 @@ extension Peer {
     ///
     /// Since Linux 5.8 the kernel asks bluetoothd to confirm even a Just Works pairing.
     /// bluetoothd agrees by itself to one that a program asked for (`Device1.Pair`), but only
-    /// when some agent is registered, and it asks the agent of the program that called Pair
-    /// first; on a machine with none (a headless one) every pairing fails. So a ``PairingAgent``
+    /// when that program has an agent registered, or else there is a default agent; on a
+    /// machine with none (a headless one) every pairing fails. So a ``PairingAgent``
     /// (NoInputNoOutput, which makes the pairing Just Works) is registered for the time of the
     /// call. bluetoothd does not ask it about this pairing; should it ask about anything else
     /// meanwhile (while no other agent is registered it is the default one), only this device
@@ -27,9 +27,7 @@ extension Peer {
         }
         let bus = client.bus
         let loop = client.loop
-        let owner = try? bus.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                         interface: "org.freedesktop.DBus", member: "GetNameOwner",
-                                         args: [.string(BlueZ.service)], timeout: 5).first?.string
+        let owner = bus.nameOwner(BlueZ.service)
         let devicePath = path
         let agent = PairingAgent(path: Self.pairingAgentPath) { $0 == devicePath }
         agent.acceptCall = { call in owner != nil && call.sender == owner }

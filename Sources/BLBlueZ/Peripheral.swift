@@ -138,11 +138,7 @@ public final class Peripheral {
             [weak self] path, interface, changed, _ in
             self?.propertiesChanged(path, interface, changed)
         })
-        if let owner = try? bus.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                            interface: "org.freedesktop.DBus", member: "GetNameOwner",
-                                            args: [.string(BlueZ.service)], timeout: 5).first?.string {
-            bluezOwner = owner
-        }
+        if let owner = bus.nameOwner(BlueZ.service) { bluezOwner = owner }
         setState(.waiting("looking for \(adapterName)"))
         attempt()
     }

@@ -342,6 +342,14 @@ public final class DBusConnection {
         case alreadyOwner = 4
     }
 
+    /// The unique name that owns `name` now; nil when nobody does, or the bus did not answer
+    /// within `timeout` seconds (waits on the loop).
+    ///
+    /// The corresponding bus method is `org.freedesktop.DBus.GetNameOwner`.
+    public func nameOwner(_ name: String, timeout: Double = 5) -> String? {
+        (try? busCall("GetNameOwner", [.string(name)], timeout: timeout))?.first?.string
+    }
+
     /// Asks the bus for a well-known name (waits on the loop for the answer).
     ///
     /// The corresponding bus method is `org.freedesktop.DBus.RequestName`.

@@ -31,9 +31,8 @@ final class DBusConnectionTests: BusTestCase {
         XCTAssertEqual(try a.requestName("org.example.A"), .primaryOwner)
         XCTAssertEqual(try a.requestName("org.example.A"), .alreadyOwner)
         XCTAssertEqual(try b.requestName("org.example.A"), .exists)
-        let owner = try b.callAndWait(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                                      interface: "org.freedesktop.DBus", member: "GetNameOwner", args: [.string("org.example.A")])
-        XCTAssertEqual(owner.first?.string, a.uniqueName)
+        XCTAssertEqual(b.nameOwner("org.example.A"), a.uniqueName)
+        XCTAssertNil(b.nameOwner("org.example.Nobody"))
     }
 
     func testAsynchronousCallBetweenTwoConnectionsOnOneLoop() throws {
