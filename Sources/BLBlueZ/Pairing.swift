@@ -38,11 +38,7 @@ extension Peer {
         defer {
             // Also after a signal: the calls below must not give up at once.
             loop.clearStop()
-            if registering {
-                _ = try? bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
-                                         interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
-                                         args: [.objectPath(agent.path)], timeout: 2)
-            }
+            if registering { agent.unregister(from: bus, timeout: 2) }
             bus.unexport(agent.tree)
         }
         do {

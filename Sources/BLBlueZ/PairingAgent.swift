@@ -76,6 +76,13 @@ public final class PairingAgent {
         try? tree.add(ExportedObject(path: path, interfaces: [interface]), announce: false)
     }
 
+    /// `AgentManager1.UnregisterAgent` for this agent, waiting up to `timeout` seconds (the loop
+    /// keeps running); a failure (bluetoothd gone, not registered) is ignored.
+    public func unregister(from bus: DBusConnection, timeout: Double) {
+        _ = try? bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath, interface: BlueZ.agentManagerInterface,
+                                 member: "UnregisterAgent", args: [.objectPath(path)], timeout: timeout)
+    }
+
     private func admit(_ call: IncomingCall) -> Bool {
         if acceptCall(call) { return true }
         call.fail(name: Self.rejected, message: "Not bluetoothd")

@@ -168,9 +168,7 @@ public final class Peripheral {
         }
         // Also while the adapter is away: the agent belongs to bluetoothd, not to the adapter.
         if let agent, agentRegistered, bluezOwner != nil, bus.isConnected {
-            _ = try? bus.callAndWait(destination: BlueZ.service, path: BlueZ.managerPath,
-                                     interface: BlueZ.agentManagerInterface, member: "UnregisterAgent",
-                                     args: [.objectPath(agent.path)], timeout: timeout)
+            agent.unregister(from: bus, timeout: timeout)
         }
         agentRegistered = false
         bus.unexport(application.tree)
