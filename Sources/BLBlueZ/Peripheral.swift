@@ -16,7 +16,8 @@ import BLDBus
 /// adapter's devices, so the server knows which centrals are connected.
 ///
 /// With a ``PairingAgent``, the agent is registered before the application, each time (so
-/// centrals can pair from their first connection on), and unregistered with it.
+/// centrals can pair from their first connection on; a refusal is tried again by itself), and
+/// unregistered with it.
 ///
 /// Only calls from bluetoothd's current unique name reach the application's callbacks (and the
 /// agent's); any other caller on the bus gets NotPermitted (Rejected).
@@ -83,6 +84,10 @@ public final class Peripheral {
     /// (their return is signalled and starts an attempt at once: the retries are a backstop).
     public static let retryInterval = 0.25
     public static let longestRetryInterval = 4.0
+    /// Seconds before a refused `RegisterAgent` is sent again, doubling up to
+    /// ``longestAgentRetryInterval`` (the service runs meanwhile; only pairing waits).
+    public static let agentRetryInterval = 1.0
+    public static let longestAgentRetryInterval = 60.0
 
     private var running = false
     private var generation = 0
@@ -92,6 +97,7 @@ public final class Peripheral {
     private var poweringRequested = false
     /// The agent is registered with the bluetoothd that runs now (it is not tied to the adapter).
     private var agentRegistered = false
+    private var agentRetryDelay = Peripheral.agentRetryInterval
     private var subscriptions: [SubscriptionToken] = []
     private var loop: EventLoop { bus.loop }
 
@@ -254,21 +260,39 @@ public final class Peripheral {
 
     private func register(_ gen: Int) {
         setState(.registering)
-        guard let agent else { return registerApplication(gen) }
+        guard agent != nil else { return registerApplication(gen) }
         // The agent first: a central may pair as soon as it finds the advertisement. Without it
-        // the service still works for centrals that do not pair, so a failure is reported and
-        // the registration goes on.
+        // the service still works for centrals that do not pair, so a failure is reported, the
+        // registration goes on, and the agent alone is tried again later.
+        agentRetryDelay = Self.agentRetryInterval
+        registerAgent(gen) { [weak self] in self?.registerApplication(gen) }
+    }
+
+    /// RegisterAgent, then `then` (whatever the answer, unless `gen` has passed). A failure is
+    /// reported and sent again after ``agentRetryInterval`` seconds, then twice as long each
+    /// time up to ``longestAgentRetryInterval``, until it succeeds or `gen` passes (a new
+    /// registration, which registers the agent first, or stop()).
+    private func registerAgent(_ gen: Int, then: @escaping () -> Void) {
+        guard let agent else { return then() }
         bus.call(destination: BlueZ.service, path: BlueZ.managerPath, interface: BlueZ.agentManagerInterface,
                  member: "RegisterAgent", args: [.objectPath(agent.path), .string(PairingAgent.capability)],
                  timeout: 15) { [weak self] result in
             guard let self, gen == self.generation, self.running else { return }
             if case .failure(let error) = result, !Self.alreadyExists(error) {
                 self.agentRegistered = false
-                self.onAgentError?(DBusError(name: error.name, message: "RegisterAgent: \(error.message) (centrals cannot pair)"))
+                let delay = self.agentRetryDelay
+                self.agentRetryDelay = min(delay * 2, Self.longestAgentRetryInterval)
+                self.onAgentError?(DBusError(name: error.name, message: "RegisterAgent: \(error.message)"
+                                             + " (centrals cannot pair; trying again in \(formatSeconds(delay)) s)"))
+                _ = self.loop.schedule(after: delay) { [weak self] in
+                    guard let self, gen == self.generation, self.running, !self.agentRegistered else { return }
+                    self.registerAgent(gen) {}
+                }
             } else {
                 self.agentRegistered = true
+                self.agentRetryDelay = Self.agentRetryInterval
             }
-            self.registerApplication(gen)
+            then()
         }
     }
 

@@ -29,6 +29,8 @@ final class FakeBluetoothd {
     private(set) var agents: [String: String] = [:]
     /// RegisterAgent and RegisterApplication calls in the order they came ("agent", "application").
     private(set) var registrationOrder: [String] = []
+    /// How many RegisterAgent calls to come are refused (with Failed).
+    var agentRefusals = 0
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
     private var notificationToken: SubscriptionToken?
@@ -69,6 +71,10 @@ final class FakeBluetoothd {
             ExportedInterface(BlueZ.agentManagerInterface)
                 .method("RegisterAgent", inSignature: "os") { [unowned self] call in
                     self.registrationOrder.append("agent")
+                    if self.agentRefusals > 0 {
+                        self.agentRefusals -= 1
+                        return call.fail(name: "org.bluez.Error.Failed", message: "Resource temporarily unavailable")
+                    }
                     let sender = call.sender ?? ""
                     if self.agents.keys.contains(where: { $0.hasPrefix(sender + "/") }) {
                         return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")

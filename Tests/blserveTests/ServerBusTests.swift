@@ -199,6 +199,37 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
     }
 
+    /// A refused RegisterAgent does not hold up the service, and the agent alone is registered
+    /// again later (after 1 s, then 2 s), without registering the application again.
+    func testSecureRegistersTheAgentAgainAfterARefusal() throws {
+        bluez.agentRefusals = 2
+        try start(["--secure", "cat"])
+        XCTAssertTrue(bluez.agents.isEmpty)
+        XCTAssertEqual(bluez.registrationOrder, ["agent", "application"])
+        let started = MonotonicClock.seconds()
+        XCTAssertTrue(loop.run(until: { !self.bluez.agents.isEmpty }, timeout: 6), "the agent was not registered again")
+        XCTAssertGreaterThan(MonotonicClock.seconds() - started, 2.5, "retried before 1 s and then 2 s had passed")
+        XCTAssertEqual(bluez.registrationOrder, ["agent", "application", "agent", "agent"])
+        XCTAssertEqual(server.peripheral.registrationCount, 1)
+        settle(1.5)
+        XCTAssertEqual(bluez.registrationOrder.count, 4, "registered again once it had succeeded")
+        server.shutdown()
+        XCTAssertTrue(bluez.agents.isEmpty, "the agent stayed registered")
+    }
+
+    /// Stopping ends the agent's retries.
+    func testSecureStopsRetryingTheAgentWhenStopped() throws {
+        bluez.agentRefusals = .max
+        try start(["--secure", "cat"])
+        server.shutdown()
+        loop.clearStop()
+        let calls = bluez.registrationOrder.count
+        let started = MonotonicClock.seconds()
+        settle(1.5)
+        XCTAssertGreaterThan(MonotonicClock.seconds() - started, 1.4)
+        XCTAssertEqual(bluez.registrationOrder.count, calls, "RegisterAgent sent after the server stopped")
+    }
+
     /// The agent belongs to bluetoothd, not to the adapter: it is unregistered at the end also
     /// while the adapter is away.
     func testSecureUnregistersTheAgentWhileTheAdapterIsAway() throws {
