@@ -27,6 +27,8 @@ final class FrameMode: ServeMode {
         var waitingForRoom = false
         /// Disconnected: its state was dropped; a running COMMAND's reply is discarded.
         var gone = false
+        /// When it last read (a doorbell waits while it reads inside a reply).
+        var lastRead = 0.0
 
         init(device: String, maxFrame: Int, maxQueue: Int) {
             self.device = device
@@ -51,6 +53,15 @@ final class FrameMode: ServeMode {
     static let doorbell: [UInt8] = Array("N0000000".utf8)
     /// --prestart, until a COMMAND ended before its request came.
     private var prestart: Bool
+    /// A doorbell waits for every central to be between two replies: see ``ring()``.
+    private var doorbellWaiting = false
+    private var doorbellWaitingSince = 0.0
+    private var doorbellTimer: TimerToken?
+    private var doorbellHeldLogged = false
+    /// A central inside a reply that has not read for this long no longer holds the doorbell.
+    static let stalledReader = 2.0
+    /// The longest a doorbell waits for centrals inside their replies.
+    static let longestDoorbellWait = 30.0
 
     init(server: Server) {
         self.server = server
@@ -111,10 +122,16 @@ final class FrameMode: ServeMode {
             call.reply(.bytes([]))
             return
         }
+        c.lastRead = MonotonicClock.seconds()
         switch c.replies.read(offset: options.offset, mtu: options.mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
-            if !piece.isEmpty, options.offset == 0 { dispatchWaiting(c) }
+            if !piece.isEmpty, options.offset == 0 {
+                // The answer goes to bluetoothd before a doorbell rung now (one connection keeps
+                // its order), so the doorbell reaches this central after the reply's last piece.
+                if doorbellWaiting && !c.replies.isPartlyRead { ringIfClear() }
+                dispatchWaiting(c)
+            }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }
@@ -128,6 +145,10 @@ final class FrameMode: ServeMode {
     func notifyingChanged(_ on: Bool) {}
 
     func centralsLost() {
+        // Nobody is left to hear a doorbell.
+        doorbellWaiting = false
+        if let doorbellTimer { server.loop.cancel(doorbellTimer) }
+        doorbellTimer = nil
         // The notifier dropped its jobs (Server resets it first): nothing is being pushed.
         for c in centrals.values {
             c.pushing = 0
@@ -149,6 +170,7 @@ final class FrameMode: ServeMode {
         c.replies.removeAll()
         c.reassembler.reset()
         forgetIfDone(c)
+        ringIfClear()
         // Its room goes to requests waiting for it, once every central that goes now has gone
         // (bluetoothd leaving drops them one after the other).
         server.loop.callSoon { [weak self] in self?.dispatchWaiting() }
@@ -298,7 +320,7 @@ final class FrameMode: ServeMode {
                                  c.replies.append(rest)
                                  if rest.count == reply.count {
                                      // Nothing of it was notified: ring as a pulled reply does.
-                                     self.server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
+                                     self.ring()
                                  } else {
                                      // The central is inside this frame: an empty notification
                                      // (no bytes for its parser) makes it read the rest.
@@ -317,7 +339,54 @@ final class FrameMode: ServeMode {
         // The seed server's order: queue the reply, then ring ("a reply is ready"). A central
         // counts a doorbell and its reads as one reply, so the doorbell never comes earlier.
         c.replies.append(reply)
-        notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
+        ring()
+    }
+
+    /// Announces a queued reply with the doorbell, which every subscribed central hears
+    /// (bluez-notes §3.8). A central parsing every notification and read as one stream, as the
+    /// RaspBLE client does, would take its 8 bytes for body bytes if it came while that central
+    /// reads inside a reply (its own earlier one, or any other central's): so it waits until no
+    /// central is inside a reply, and rings once for every reply queued meanwhile (a central
+    /// reading until empty reads those too). It lands between two frames instead, where it is
+    /// an empty N frame. A central that stopped reading inside a reply for ``stalledReader``
+    /// seconds holds it back no longer, nor do all together for more than
+    /// ``longestDoorbellWait``.
+    private func ring() {
+        if !doorbellWaiting {
+            doorbellWaiting = true
+            doorbellWaitingSince = MonotonicClock.seconds()
+        }
+        ringIfClear()
+    }
+
+    private func ringIfClear() {
+        guard doorbellWaiting else { return }
+        let now = MonotonicClock.seconds()
+        let waited = now - doorbellWaitingSince
+        if waited < Self.longestDoorbellWait {
+            let readingInside = centrals.values.filter {
+                !$0.gone && $0.replies.isPartlyRead && now - $0.lastRead < Self.stalledReader
+            }
+            if let soonest = readingInside.map({ Self.stalledReader - (now - $0.lastRead) }).min() {
+                if !doorbellHeldLogged {
+                    doorbellHeldLogged = true
+                    server.debug("doorbell held back: \(readingInside.map { Server.centralName($0.device) }.sorted().joined(separator: ", ")) reading inside a reply")
+                }
+                if let doorbellTimer { server.loop.cancel(doorbellTimer) }
+                let delay = min(soonest, Self.longestDoorbellWait - waited) + 0.01
+                doorbellTimer = server.loop.schedule(after: delay) { [weak self] in
+                    self?.doorbellTimer = nil
+                    self?.ringIfClear()
+                }
+                return
+            }
+        }
+        doorbellWaiting = false
+        doorbellHeldLogged = false
+        if let doorbellTimer { server.loop.cancel(doorbellTimer) }
+        doorbellTimer = nil
+        if server.stopping { return }
+        server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
     }
 
     /// The reply frame for a finished run (what the central will read).

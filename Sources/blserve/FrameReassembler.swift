@@ -187,6 +187,9 @@ struct ReplyQueue {
     /// Replies held, the partly read one included.
     var count: Int { replies.count }
     var isEmpty: Bool { replies.isEmpty }
+    /// Some but not all of the oldest reply has been handed out: the central is reading inside
+    /// that frame.
+    var isPartlyRead: Bool { position > 0 }
     /// Bytes not yet handed out.
     var pendingBytes: Int { replies.reduce(0) { $0 + $1.count } - position }
 

@@ -311,6 +311,82 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
     }
 
+    /// The RaspBLE client puts every notification and every read value into one stream parser
+    /// and reads until an empty value. Reads so for `device`, appending to `stream` each value
+    /// and then the notifications that came meanwhile (from `seen` on); returns the frames the
+    /// client's parser finds in the stream (seed-protocol.md, client 3 and 4).
+    private func readLikeTheSeedClient(_ device: String, mtu: Int, stream: inout [UInt8], seen: inout Int) -> [String] {
+        for _ in 0..<10_000 {
+            guard case .success(let piece) = bluez.read(from: device, mtu: mtu) else { break }
+            stream += piece
+            settle(0.05)
+            for n in bluez.notifications[seen...] { stream += n }
+            seen = bluez.notifications.count
+            if piece.isEmpty { break }
+        }
+        var frames: [String] = []
+        var rest = stream[...]
+        while true {
+            while let byte = rest.first, !Array("NTUI".utf8).contains(byte) { rest = rest.dropFirst() }
+            guard rest.count >= 8, let size = Int(String(decoding: rest.dropFirst().prefix(7), as: UTF8.self)),
+                  rest.count >= 8 + size else { break }
+            frames.append(String(decoding: rest.prefix(8 + size), as: UTF8.self))
+            rest = rest.dropFirst(8 + size)
+        }
+        if !rest.isEmpty { frames.append("left over: " + String(decoding: rest, as: UTF8.self)) }
+        return frames
+    }
+
+    /// Another central's doorbell waits while a central reads inside a reply (it would land in
+    /// that reply's body for a client like RaspBLE's), and rings right after its last piece.
+    func testTheDoorbellWaitsWhileACentralReadsInsideAReply() throws {
+        try start(["cat"])
+        let long = String(repeating: "y", count: 100)
+        ok(bluez.write(frame("T", long), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        var stream = bluez.notifications[0]
+        var seen = 1
+        stream += try bluez.read(from: a, mtu: 23).get()
+        ok(bluez.write(frame("T", "b"), from: b))
+        settle(0.5)
+        XCTAssertEqual(bluez.notifications.count, 1, "B's doorbell rang while A was inside its reply")
+        let frames = readLikeTheSeedClient(a, mtu: 23, stream: &stream, seen: &seen)
+        XCTAssertEqual(frames, ["N0000000", "T0000100" + long, "N0000000"])
+        XCTAssertEqual(reply(for: b), "T0000001b")
+    }
+
+    /// A central's own next reply, ready while it reads inside the one before, is announced only
+    /// after that one's last piece: between two frames, where the client's parser sees an empty
+    /// N frame.
+    func testTheDoorbellOfAPipelinedReplyLandsBetweenFrames() throws {
+        try start(["sh", "-c", "b=$(cat); [ \"$b\" = second ] && sleep 0.5; printf %s \"$b\""])
+        let long = String(repeating: "x", count: 100)
+        ok(bluez.write(frame("T", long) + frame("T", "second"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        var stream = bluez.notifications[0]
+        var seen = 1
+        stream += try bluez.read(from: a, mtu: 23).get()
+        settle(1)
+        XCTAssertEqual(bluez.notifications.count, 1, "the second doorbell rang inside the first reply")
+        let frames = readLikeTheSeedClient(a, mtu: 23, stream: &stream, seen: &seen)
+        XCTAssertEqual(frames, ["N0000000", "T0000100" + long, "N0000000", "T0000006second"])
+    }
+
+    /// A central that stops reading inside a reply holds the doorbell back for about 2 s only.
+    func testAStalledReaderHoldsTheDoorbellBackBriefly() throws {
+        try start(["cat"])
+        ok(bluez.write(frame("T", String(repeating: "z", count: 100)), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        _ = try bluez.read(from: a, mtu: 23).get()
+        let readAt = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 5), "B's doorbell never rang")
+        let waited = MonotonicClock.seconds() - readAt
+        XCTAssertGreaterThan(waited, 1.5)
+        XCTAssertLessThan(waited, 3.5)
+        XCTAssertEqual(reply(for: b), "T0000001b")
+    }
+
     func testEachCentralIsReassembledSeparately() throws {
         try start(["cat"])
         let forA = frame("T", "from A")
