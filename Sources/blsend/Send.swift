@@ -145,6 +145,9 @@ final class Writer {
     /// more are sent. bluetoothd queues commands without limit and, flooded, stops answering
     /// D-Bus for seconds; the read is queued behind the commands, so its answer means they left.
     static let fenceEvery = 64
+    /// How long a fence waits for bluetoothd to take the datagrams before it (it then reads
+    /// anyway, confirming only what the fence before had).
+    static let fenceDrainWait = 1.0
     /// Write commands nothing can confirm: how long one may take to go over a slow link (one a
     /// connection event of 30 ms), and the longest wait for them before a link blsend made is
     /// ended rather than left up.
@@ -385,11 +388,24 @@ final class Writer {
     }
 
     private func fence(then next: (() -> Void)? = nil) {
-        guard let fenceRead else { return }
+        guard fenceRead != nil else { return }
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
-        // Only what bluetoothd has taken from the socket is queued ahead of the read.
+        readFence(waitingSince: MonotonicClock.seconds(), then: next)
+    }
+
+    /// The fence's read. Only what bluetoothd has taken from the socket is queued ahead of it,
+    /// and right after a burst the last datagrams are usually still in the socket: it waits
+    /// (bluetoothd takes them as fast as it runs, nothing else is written meanwhile) until
+    /// bluetoothd has taken all, so that its answer confirms every byte written, not only
+    /// those of the fence before (a failure then says how much got through).
+    private func readFence(waitingSince: Double, then next: (() -> Void)?) {
+        guard let fenceRead, !finished else { return }
         let allTaken = socket.map { FileIO.unreadBytes($0.rawValue) == 0 } ?? true
+        if !allTaken && MonotonicClock.seconds() - waitingSince < Writer.fenceDrainWait {
+            _ = loop.schedule(after: 0.001) { [weak self] in self?.readFence(waitingSince: waitingSince, then: next) }
+            return
+        }
         let covered = allTaken ? written : confirmed
         fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
