@@ -184,6 +184,12 @@ public final class LinkWatch {
             cancel()
             throw BlueZErrors.toolError("watching \(peer.device.address)", error)
         }
+        // A link that went before the signals were watched (while the caller looked up its
+        // characteristic, say) is told now, once the caller holds the watch: not at its first
+        // use, which may wait for input for ever.
+        if (try? peer.client.property(device, BlueZ.deviceInterface, "Connected", what: "").bool) == false {
+            loop.callSoon { [weak self] in self?.lost(.disconnected) }
+        }
     }
 
     deinit { cancel() }
@@ -250,6 +256,13 @@ extension BlueZClient {
                 made = false
                 while true {
                     if loop.isStopping { throw ToolError.quiet(.interrupted) }
+                    // bluetoothd answers Connect with success at once when the link is up: after
+                    // a failed attempt, a link up now is another's (it came up while we
+                    // waited), and ours to use, not to end.
+                    if attempt > 0, (try? property(device.path, BlueZ.deviceInterface, "Connected", what: "").bool) == true {
+                        made = false
+                        break
+                    }
                     attempt += 1
                     let left = deadline - MonotonicClock.seconds()
                     do {

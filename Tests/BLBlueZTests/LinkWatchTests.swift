@@ -70,6 +70,20 @@ final class LinkWatchTests: XCTestCase {
         XCTAssertEqual(losses, [.disconnected])
     }
 
+    /// The link went before the watch began (no signal will come): the watch says so at once,
+    /// once its maker holds it.
+    func testALinkAlreadyDownIsToldAtOnce() throws {
+        connected = false
+        var early: [LinkWatch.Loss] = []
+        let started = MonotonicClock.seconds()
+        let second = try peer.watch(characteristics: [Self.char]) { early.append($0) }
+        XCTAssertEqual(early, [], "told before the watch was returned")
+        XCTAssertTrue(loop.run(until: { !early.isEmpty }, timeout: 2))
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 0.5)
+        XCTAssertEqual(early, [.disconnected])
+        second.cancel()
+    }
+
     func testOtherObjectsAndOtherInterfacesEndNothing() throws {
         try removed("/org/bluez/hci0/dev_00_AA_01_00_00_02/service0010", [BlueZ.gattServiceInterface])
         try removed(Self.char + "/desc0013", ["org.bluez.GattDescriptor1"])
