@@ -44,6 +44,8 @@ final class RawMode: ServeMode {
         /// or held for a COMMAND that could not start): nothing more is taken from this connection,
         /// so no COMMAND sees a stream with a hole in it or one that begins part-way.
         var broken = false
+        /// Bytes of the attribute value being written (a long write comes in pieces at offsets).
+        var valueLength = 0
         /// Some of ``held`` came in write commands (bluetoothd has acknowledged them).
         var heldUnanswered = false
         /// How output went last (for the log): true by notification, false through reads.
@@ -102,8 +104,17 @@ final class RawMode: ServeMode {
             call.fail(GattError.application(0x82))
             return
         }
+        // The pieces of a long write come at growing offsets, each continuing the value: one
+        // that leaves a gap or overlaps would give COMMAND a stream the central did not send.
+        if options.offset != 0 && options.offset != s.valueLength {
+            server.debug("\(Server.centralName(device)): write of \(value.count) bytes refused: \(WriteRefusal.invalidOffset(offset: options.offset, expected: s.valueLength))")
+            call.fail(WriteRefusal.invalidOffset(offset: options.offset, expected: s.valueLength).dbusError)
+            return
+        }
+        s.valueLength = (options.offset == 0 ? 0 : s.valueLength) + value.count
         if s.process == nil && s.starting == nil {
             guard start(s) else {
+                s.valueLength = 0
                 call.fail(GattError.application(0x83))
                 return
             }

@@ -700,6 +700,23 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.readAll(from: a), [])
     }
 
+    /// A long write's pieces must continue the value: a gap or an overlap is refused with
+    /// Invalid Offset and reaches no COMMAND.
+    func testRawModeRefusesAWriteThatDoesNotContinueTheValue() throws {
+        try start(["--mode", "raw", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(Array("AB".utf8), from: a))
+        XCTAssertEqual(refusal(bluez.write(Array("XX".utf8), from: a, offset: 10)), "InvalidOffset")
+        XCTAssertEqual(refusal(bluez.write(Array("YY".utf8), from: a, offset: 1)), "InvalidOffset")
+        ok(bluez.write(Array("CD".utf8), from: a, offset: 2))
+        ok(bluez.write(Array("EF".utf8), from: a, offset: 4))
+        ok(bluez.write(Array("GH".utf8), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.flatMap { $0 }.count >= 8 }, timeout: 5))
+        settle(0.3)
+        XCTAssertEqual(String(decoding: bluez.notifications.flatMap { $0 }, as: UTF8.self), "ABCDEFGH")
+    }
+
     /// A central back within the 2 s its old COMMAND has to end gets a new COMMAND: what it
     /// writes is not fed to the dying one (whose stdin is closed) and lost.
     /// The size of a file (0 when missing).
