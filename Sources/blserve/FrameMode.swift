@@ -317,7 +317,10 @@ final class FrameMode: ServeMode {
                              divert: { [weak self, weak c] rest in
                                  guard let self, let c, !c.gone else { return }
                                  self.server.debug("\(Server.centralName(c.device)): \(reply.count - rest.count) of \(reply.count) reply bytes notified, the rest waits to be read")
-                                 c.replies.append(rest)
+                                 // The central is inside this frame from now on, as if
+                                 // it had read its start: doorbells wait (see ring()).
+                                 c.replies.append(rest, begun: rest.count < reply.count)
+                                 c.lastRead = MonotonicClock.seconds()
                                  if rest.count == reply.count {
                                      // Nothing of it was notified: ring as a pulled reply does.
                                      self.ring()
