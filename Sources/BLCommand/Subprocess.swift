@@ -335,17 +335,27 @@ public final class ChildProcesses {
     }
 
     /// Sends `signal` to the process group of every running child, waits up to `grace` seconds
-    /// (the loop keeps running) for them to end, then sends SIGKILL to the groups left and reaps.
-    /// Children still being started are cancelled (killed as soon as they are). Returns when all
-    /// are reaped or after `grace` + 2 s.
+    /// (the loop keeps running) for the groups to end, then sends SIGKILL to the groups left and
+    /// reaps. A group outlives its child when something the child started stays in it (and
+    /// ignores `signal`): it gets the SIGKILL too. Children still being started are cancelled
+    /// (killed as soon as they are). Returns when all are reaped or after `grace` + 2 s.
     public func terminateAll(signal: Int32 = SIGTERM, grace: Double = 2) {
         for process in starting.values { process.cancel() }
         if children.isEmpty && starting.isEmpty { return }
+        // The children's group ids: Linux keeps such an id from being reused while a member of
+        // the group lives, and hands out ids in turn, so within these seconds it names only the
+        // group (or nothing).
+        let groups = children.map(\.pid)
         for child in children { child.signalGroup(signal) }
-        let done = { [unowned self] in self.children.isEmpty && self.starting.isEmpty }
-        if loop.run(until: done, timeout: grace) { return }
+        let groupsLeft = { groups.contains { kill(-$0, 0) == 0 } }
+        let reaped = { [unowned self] in self.children.isEmpty && self.starting.isEmpty }
+        // Nothing wakes the loop when a member that is not our child ends: look every 20 ms.
+        let tick = loop.schedule(after: 0.02, repeating: 0.02) {}
+        defer { loop.cancel(tick) }
+        if loop.run(until: { reaped() && !groupsLeft() }, timeout: grace) { return }
         for child in children { child.signalGroup(SIGKILL) }
-        _ = loop.run(until: done, timeout: 2)
+        for group in groups { _ = kill(-group, SIGKILL) }
+        _ = loop.run(until: reaped, timeout: 2)
     }
 
     /// Sends SIGKILL to the process group of every running child at once, without reaping them

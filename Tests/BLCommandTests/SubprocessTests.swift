@@ -162,6 +162,29 @@ final class SubprocessTests: XCTestCase {
         XCTAssertTrue(children.running.isEmpty)
     }
 
+    /// What a child started in its group and left ignoring SIGTERM is killed too, after the
+    /// grace, although the child itself ended at once.
+    func testTerminateAllEndsWhatAChildLeftInItsGroup() throws {
+        let child = try children.spawn(["sh", "-c", "trap '' TERM; sleep 30 >/dev/null 2>&1 & trap - TERM; echo $!; exec sleep 30"],
+                                       stdin: .null)
+        let line = try XCTUnwrap(readPipe(child.stdoutFD, on: loop) { $0.contains(10) })
+        let leftover = try XCTUnwrap(Int32(String(decoding: line.filter { $0 != 10 }, as: UTF8.self)))
+        func alive(_ pid: Int32) -> Bool {
+            // A zombie (waiting for whoever adopted it) is dead.
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            return !stat[close...].hasPrefix(") Z")
+        }
+        XCTAssertTrue(alive(leftover))
+        let started = MonotonicClock.seconds()
+        children.terminateAll(signal: SIGTERM, grace: 0.5)
+        XCTAssertEqual(child.status, .signaled(SIGTERM))
+        let tick = loop.schedule(after: 0.02, repeating: 0.02) {}
+        defer { loop.cancel(tick) }
+        XCTAssertTrue(loop.run(until: { !alive(leftover) }, timeout: 2), "what the child left in its group outlived terminateAll")
+        XCTAssertGreaterThanOrEqual(MonotonicClock.seconds() - started, 0.5, "killed before the grace was over")
+    }
+
     func testManyShortChildrenAreAllReaped() throws {
         var ended = 0
         for _ in 0..<50 {
