@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import BLBlueZ
 import BLCommand
 import BLDBus
@@ -15,6 +20,8 @@ final class StreamMode: ServeMode {
     /// COMMAND while it is being started (on a thread of its own).
     private var starting: HandlerStart?
     private var stdoutWatch: WatchToken?
+    /// COMMAND has ended while something it started still holds its stdout.
+    private var graceTimer: TimerToken?
     private var started = false
     private var finishing = false
     private(set) var lastValue: [UInt8] = []
@@ -58,6 +65,8 @@ final class StreamMode: ServeMode {
         starting = nil
         if let w = stdoutWatch { loop.remove(w) }
         stdoutWatch = nil
+        if let graceTimer { loop.cancel(graceTimer) }
+        graceTimer = nil
         // COMMAND was reaped, but what it started still holds its stdout: the server's
         // terminateAll no longer sees that group.
         process?.killLeftovers()
@@ -85,7 +94,7 @@ final class StreamMode: ServeMode {
             case .success(let child):
                 process = child
                 server.debug("started \(server.handler.name) (pid \(child.pid))")
-                child.onExit = { [unowned self] _ in self.checkEnded() }
+                child.onExit = { [unowned self] _ in self.exited() }
                 updateWatch()
             case .failure(let error):
                 cannotRun(error)
@@ -108,22 +117,26 @@ final class StreamMode: ServeMode {
         }
     }
 
-    private func drain() {
-        guard let process, process.stdoutFD >= 0 else { return }
+    /// Reads what stdout has (one buffer); false once nothing more can be read now.
+    @discardableResult
+    private func drain() -> Bool {
+        guard let process, process.stdoutFD >= 0 else { return false }
         let buffer = server.buffer.bytes
         let n: Int
         do {
             n = try FileIO.read(process.stdoutFD, into: buffer)
         } catch {
-            if error == .again { return }
+            if error == .again { return false }
             n = 0
         }
         if n == 0 {
             if let w = stdoutWatch { loop.remove(w) }
             stdoutWatch = nil
             process.closeStdout()
+            // Ended within the exit grace: what it left in its group ends too.
+            if process.status != nil { process.killGroupJustReaped() }
             checkEnded()
-            return
+            return false
         }
         if subscribed {
             bytesOut += n
@@ -131,6 +144,33 @@ final class StreamMode: ServeMode {
                                     chunk: server.notificationSize(for: nil))
         }
         updateWatch()
+        return true
+    }
+
+    /// COMMAND was reaped. The stream ends with it, as a run does in the other modes: what it
+    /// left running in its process group is killed now, or, while something still holds its
+    /// stdout, after a grace of a second (what was written until then is still notified).
+    private func exited() {
+        guard let process else { return }
+        if process.stdoutFD < 0 {
+            process.killGroupJustReaped()
+        } else {
+            graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak self] in
+                guard let self, let process = self.process, process.stdoutFD >= 0 else { return }
+                self.graceTimer = nil
+                // What the pipe holds (at most its size, and what the leftover adds while it
+                // is read, within reason), then the group goes. The pipe is still open: the
+                // group id cannot have been reused.
+                for _ in 0..<64 where self.drain() {}
+                guard process.stdoutFD >= 0 else { return }  // it ended meanwhile
+                process.signalGroup(SIGKILL)
+                if let w = self.stdoutWatch { self.loop.remove(w) }
+                self.stdoutWatch = nil
+                process.closeStdout()
+                self.checkEnded()
+            }
+        }
+        checkEnded()
     }
 
     private func checkEnded() {

@@ -1230,6 +1230,34 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.notifications, [], "notified nobody")
     }
 
+    /// Stream mode: the stream ends with COMMAND, as a run does in the other modes. What it
+    /// left in its group is killed then (after a second while it holds stdout, whose output
+    /// until then is still notified), EOM follows, and blserve ends without waiting for it.
+    private func checkStreamModeEndsWhatItsCommandLeft(holdingStdout: Bool) throws {
+        let background = holdingStdout ? "sleep 300 &" : "sleep 300 >/dev/null 2>&1 &"
+        try start(["--mode", "stream", "--eom", "sh", "-c", "\(background) echo $!"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
+        let pid = try notifiedPid()
+        let started = MonotonicClock.seconds()
+        XCTAssertTrue(loop.run(until: { self.server.stopping }, timeout: 5),
+                      "blserve waits for what COMMAND left (holding stdout: \(holdingStdout))")
+        if holdingStdout { XCTAssertGreaterThan(MonotonicClock.seconds() - started, 0.5, "no grace") }
+        for _ in 0..<300 where isAlive(pid) { usleep(10_000) }
+        XCTAssertFalse(isAlive(pid), "sleep \(pid), left by the stream's COMMAND, still runs (holding stdout: \(holdingStdout))")
+        if isAlive(pid) { kill(pid, SIGKILL) }
+        XCTAssertEqual(bluez.notifications.last, Array("EOM".utf8))
+    }
+
+    func testStreamModeEndsWhatItsCommandLeftHoldingStdout() throws {
+        try checkStreamModeEndsWhatItsCommandLeft(holdingStdout: true)
+    }
+
+    func testStreamModeEndsWhatItsCommandLeftRunning() throws {
+        try checkStreamModeEndsWhatItsCommandLeft(holdingStdout: false)
+    }
+
     func testStreamModeChunksAndEOM() throws {
         try start(["--mode", "stream", "--chunk", "20", "--eom", "printf", "abcdefghijklmnopqrstuvwxyz0123456789"])
         XCTAssertEqual(server.application.characteristics[0].flags, ["read", "notify"])
