@@ -16,7 +16,9 @@ extension EventLoop {
     ///
     /// The signal is **blocked** in the calling thread and read from a `signalfd` watched by this
     /// loop, so the handler is an ordinary loop callback (it may do anything, unlike a C signal
-    /// handler). Instances of one signal can coalesce: for SIGCHLD, reap with `waitpid(-1, …, WNOHANG)`
+    /// handler), except wait in a nested loop turn (`run(until:)`, `sleep`, a `callAndWait`): no
+    /// signal is read until it returns, so hand such work to `callSoon`. Instances of one signal
+    /// can coalesce: for SIGCHLD, reap with `waitpid(-1, …, WNOHANG)`
     /// in a loop. See ``Signals`` for what child processes must undo (the blocked mask is inherited).
     /// Several handlers for one signal are all called, in registration order.
     ///

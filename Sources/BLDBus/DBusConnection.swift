@@ -158,7 +158,7 @@ public final class DBusConnection {
         dbus_connection_get_is_connected(raw) != 0
     }
 
-    /// Closes the connection. Pending calls then fail with NoReply (on the next loop turn);
+    /// Closes the connection. Pending calls then fail with Disconnected (on the next loop turn);
     /// ``onDisconnect`` is not called. Further sends fail with Disconnected.
     ///
     /// The corresponding C function is `dbus_connection_close`.
