@@ -151,6 +151,10 @@ struct ServeConfig: Equatable {
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
+        if eom, let chunk, chunk < 3 {
+            // A central matches "EOM" as one notification: cut in pieces it would not be seen.
+            throw UsageError("--eom notifies EOM whole: it needs --chunk 3 or more, not \(chunk)")
+        }
         if mode == .frame, reply == .pull, chunk != nil {
             // Pulled replies go out as read values, whose size the central's MTU sets.
             throw UsageError("--chunk is for notifications: in frame mode it needs --reply push")

@@ -92,6 +92,11 @@ final class OptionsTests: XCTestCase {
         // Options a mode would not use are refused, not ignored.
         XCTAssertTrue(usageError(["--chunk", "20", "cat"]).contains("--reply push"))
         XCTAssertNoThrow(try config(["--mode", "raw", "--chunk", "20", "cat"]))
+        for mode in ["raw", "stream"] {
+            XCTAssertTrue(usageError(["--mode", mode, "--eom", "--chunk", "2", "cat"]).contains("EOM whole"), mode)
+            XCTAssertNoThrow(try config(["--mode", mode, "--eom", "--chunk", "3", "cat"]), mode)
+            XCTAssertNoThrow(try config(["--mode", mode, "--chunk", "1", "cat"]), mode)
+        }
         XCTAssertTrue(usageError(["--mode", "stream", "--write-without-response", "cat"]).contains("--write-without-response"))
         XCTAssertNoThrow(try config(["--mode", "raw", "--write-without-response", "cat"]))
         XCTAssertTrue(usageError(["--mode", "stream", "--allow", "AA:BB:CC:DD:EE:FF", "cat"]).contains("--allow"))
