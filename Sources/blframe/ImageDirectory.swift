@@ -55,6 +55,12 @@ final class ImageDirectory {
         /// Names the finished image after its format and returns its path.
         func commit() throws -> String {
             let ext = ImageFormat(signature: file.head)?.fileExtension ?? "bin"
+            // Another program (a second blframe) may have saved images meanwhile, under other
+            // extensions too: the number goes on after the highest one there now.
+            if let names = try? DirectoryListing.names(in: owner.path),
+               let highest = names.compactMap(ImageDirectory.number).max(), highest >= owner.next {
+                owner.next = highest + 1
+            }
             let (path, number) = try file.commit(first: owner.next) { ImageDirectory.name($0, ext) }
             owner.next = number + 1
             return path

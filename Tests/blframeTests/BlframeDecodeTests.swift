@@ -224,6 +224,26 @@ final class BlframeDecodeTests: XCTestCase {
         }
     }
 
+    /// Another program saving into the same folder while an image arrives: the image takes the
+    /// number after the highest one there when it is complete, whatever the extension.
+    func testImageNumberFollowsImagesSavedMeanwhile() throws {
+        ignoreSIGPIPE()
+        let dir = try temporaryDirectory(self)
+        let (readEnd, writeEnd) = try Spawned.pipe()
+        let process = try Spawned(productsDirectory.appendingPathComponent("blframe").path, ["-d", "--images", dir.path],
+                                  stdin: .fd(readEnd))
+        close(readEnd)
+        let frame = data("I0000008") + pngHeader
+        frame.prefix(10).withUnsafeBytes { XCTAssertEqual(write(writeEnd, $0.baseAddress, 10), 10) }
+        usleep(300_000)  // blframe has begun the image
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent("000001.jpg").path, contents: Data("x".utf8)))
+        frame.dropFirst(10).withUnsafeBytes { XCTAssertEqual(write(writeEnd, $0.baseAddress, $0.count), $0.count) }
+        close(writeEnd)
+        let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
+        XCTAssertEqual(process.wait(), 0)
+        XCTAssertEqual(out, dir.path + "/000002.png\n")
+    }
+
     func testImageNumbersTooLargeToCountOnAreIgnored() throws {
         let dir = try temporaryDirectory(self)
         for name in ["9223372036854775807.png", "99999999999999999999.png", "000007.png"] {
