@@ -197,6 +197,7 @@ extension CommandSpec {
                     if let inlineValue {
                         result.add(spec.long, inlineValue)
                     } else if index < arguments.count {
+                        try refuseOptionAsValue(arguments[index], for: "--\(spec.long)", spec)
                         result.add(spec.long, arguments[index])
                         index += 1
                     } else {
@@ -219,6 +220,7 @@ extension CommandSpec {
                     if !letters.isEmpty {
                         result.add(spec.long, String(letters))
                     } else if index < arguments.count {
+                        try refuseOptionAsValue(arguments[index], for: "-\(letter)", spec)
                         result.add(spec.long, arguments[index])
                         index += 1
                     } else {
@@ -237,6 +239,24 @@ extension CommandSpec {
             throw UsageError("unexpected operand '\(result.operands[operands.upperBound])'")
         }
         return result
+    }
+
+    /// A value given as the next argument that is one of this tool's options (or `--`) means
+    /// the value was left out (`--images --json`): taking it would quietly do something else.
+    /// Attached (`--images=--json`, `-i--json`) it is taken as it is.
+    private func refuseOptionAsValue(_ next: String, for given: String, _ spec: OptionSpec) throws(UsageError) {
+        let isOption: Bool
+        if next == "--" {
+            isOption = true
+        } else if next.hasPrefix("--") {
+            isOption = option(long: String(next.dropFirst(2).prefix { $0 != "=" })) != nil
+        } else {
+            isOption = next.count == 2 && next.hasPrefix("-") && option(short: next.last!) != nil
+        }
+        if isOption {
+            throw UsageError("option '\(given)' needs a value (\(spec.value!)), not the option '\(next)'"
+                             + " (write \(given.hasPrefix("--") ? given + "=" : given)\(next) for a value that looks like one)")
+        }
     }
 
     /// " (did you mean '--lines'?)" when a known option is close to `name`.

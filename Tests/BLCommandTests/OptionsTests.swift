@@ -38,6 +38,21 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(try spec.parse(["-", "-d"]).operands, ["-"])
     }
 
+    /// A value left out before the next option is a usage error, not that option taken as the
+    /// value; attached, or not one of the tool's options, a value starting with '-' is taken.
+    func testAnOptionIsNotTakenAsAValue() throws {
+        for args in [["--code", "--decode"], ["--code", "--timeout=3"], ["-c", "-d"], ["--code", "--"], ["--timeout", "-v"]] {
+            XCTAssertThrowsError(try spec.parse(args), "\(args)") { error in
+                XCTAssertTrue("\(error)".contains("needs a value"), "\(args): \(error)")
+            }
+        }
+        XCTAssertEqual(try spec.parse(["--code=--decode"]).string("code"), "--decode")
+        XCTAssertEqual(try spec.parse(["-c--decode"]).string("code"), "--decode")
+        XCTAssertEqual(try spec.parse(["--timeout", "-70"]).string("timeout"), "-70")
+        XCTAssertEqual(try spec.parse(["--code", "-x"]).string("code"), "-x")
+        XCTAssertEqual(try spec.parse(["--code", "--other"]).string("code"), "--other")
+    }
+
     func testOperandsMayBeMixedWithOptions() throws {
         let parsed = try spec.parse(["AA:BB", "-d", "second"])
         XCTAssertEqual(parsed.operands, ["AA:BB", "second"])
