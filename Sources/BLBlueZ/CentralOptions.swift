@@ -1,5 +1,17 @@
 import BLCommand
 
+/// `--adapter HCI`, the same in every tool.
+public enum AdapterOption {
+    public static let spec = OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one")
+
+    /// The adapter given, or nil for the first powered one.
+    public static func value(_ options: ParsedOptions) throws(UsageError) -> String? {
+        guard let name = options.string("adapter") else { return nil }
+        if name.isEmpty { throw UsageError("--adapter wants a name like hci0") }
+        return name
+    }
+}
+
 /// The device options blsend and blrecv share, and what they resolve to.
 public struct CentralTarget {
     public var selector: DeviceSelector
@@ -19,7 +31,7 @@ public struct CentralTarget {
 
     /// The options, for a tool's CommandSpec.
     public static let options: [OptionSpec] = [
-        OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one"),
+        AdapterOption.spec,
         OptionSpec("service", value: "UUID", help: "service UUID (16- or 128-bit); default: the RaspBLE service"),
         OptionSpec("char", value: "UUID", help: "characteristic UUID; default: the RaspBLE characteristic"),
         OptionSpec("nus", help: "Nordic UART Service: write to 6e400002-…, notifications from 6e400003-…"),
@@ -33,8 +45,7 @@ public struct CentralTarget {
         guard !options.operands[0].isEmpty else { throw UsageError("DEV is empty: give an address or a name") }
         selector = DeviceSelector(options.operands[0])
         Tool.verbosity = options.count("verbose")
-        adapterName = options.string("adapter")
-        if adapterName?.isEmpty == true { throw UsageError("--adapter wants a name like hci0") }
+        adapterName = try AdapterOption.value(options)
         let layout = try GattLayout(options)
         service = layout.service
         writeCharacteristic = layout.write

@@ -9,9 +9,9 @@ let spec = CommandSpec(
     type, RSSI, name and advertised service UUIDs, separated by tabs.
     """,
     options: [
-        OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one"),
+        AdapterOption.spec,
         OptionSpec("service", short: "s", value: "UUID", help: "only devices advertising this service (16- or 128-bit UUID)"),
-        OptionSpec("name", value: "NAME", help: "only devices with this name"),
+        OptionSpec("name", value: "NAME", help: "only devices with this name (or alias in bluetoothd)"),
         OptionSpec("rssi-min", value: "DBM", help: "only devices heard at least this strongly, e.g. -70"),
         OptionSpec("timeout", short: "t", value: "S", help: "scan for S seconds (10)"),
         OptionSpec("json", short: "j", help: "print one JSON object per line"),
@@ -30,14 +30,17 @@ let spec = CommandSpec(
 Tool.run(spec) { options in
     Signals.ignoreSIGPIPE()
     var scan = Scan()
-    scan.adapterName = options.string("adapter")
+    scan.adapterName = try AdapterOption.value(options)
     if let text = options.string("service") {
         guard let uuid = BluetoothUUID.normalize(text) else {
             throw UsageError("--service wants a 16-bit (180d) or 128-bit UUID, not '\(text)'")
         }
         scan.service = uuid
     }
-    scan.name = options.string("name")
+    if let name = options.string("name") {
+        guard !name.isEmpty else { throw UsageError("--name wants a non-empty name") }
+        scan.name = name
+    }
     if let text = options.string("rssi-min") {
         guard let dbm = Int(text), (-127...20).contains(dbm) else {
             throw UsageError("--rssi-min wants dBm from -127 to 20, not '\(text)'")

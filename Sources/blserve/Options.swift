@@ -16,7 +16,7 @@ enum BlserveCommand {
         options: [
             OptionSpec("mode", short: "m", value: "MODE", choices: ["frame", "raw", "stream"],
                        help: "frame (a run per request), raw (a run per central) or stream (one run)"),
-            OptionSpec("adapter", short: "a", value: "HCI", help: "use this adapter (hci0…); default: the first powered one"),
+            AdapterOption.spec,
             OptionSpec("name", short: "n", value: "NAME", help: "advertised name (default: the host name, shortened to fit)"),
             OptionSpec("service", value: "UUID", help: "service UUID; default: the RaspBLE service"),
             OptionSpec("char", value: "UUID", help: "characteristic UUID; default: the RaspBLE characteristic"),
@@ -109,7 +109,7 @@ struct ServeConfig: Equatable {
         if let mode = try options.choice("mode") { self.mode = Mode(rawValue: mode)! }
         command = options.operands
         guard let program = command.first, !program.isEmpty else { throw UsageError("missing COMMAND to run") }
-        adapter = options.string("adapter")
+        adapter = try AdapterOption.value(options)
         if let name = options.string("name") {
             guard !name.isEmpty else { throw UsageError("--name wants a non-empty name") }
             self.name = name

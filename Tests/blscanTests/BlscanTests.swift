@@ -14,7 +14,7 @@ final class BlscanTests: XCTestCase {
     func testUsageErrors() throws {
         let wrong: [[String]] = [
             ["--service", "xyz"], ["--rssi-min", "-200"], ["--rssi-min", "loud"], ["--timeout", "-1"],
-            ["DEV"], ["--bogus"],
+            ["DEV"], ["--bogus"], ["--name="], ["--adapter="], ["--name", "--json"],
         ]
         if let problems = try usageErrorProblems("blscan", wrong) { XCTFail(problems) }
     }
