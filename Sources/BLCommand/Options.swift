@@ -123,7 +123,10 @@ public struct ParsedOptions: Sendable {
     /// A duration in seconds (decimals allowed) within `range`, or nil when absent.
     public func seconds(_ long: String, in range: ClosedRange<Double> = 0...86_400) throws(UsageError) -> Double? {
         guard let text = string(long) else { return nil }
-        guard let value = Double(text), value.isFinite, range.contains(value) else {
+        // Plain decimals only: Double would also take "1e3", "0x1p3" and "inf".
+        let plain = text.utf8.contains { $0 >= 0x30 && $0 <= 0x39 }
+            && text.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x2D || $0 == 0x2B }
+        guard plain, let value = Double(text), value.isFinite, range.contains(value) else {
             throw UsageError("--\(long) wants seconds from \(formatNumber(range.lowerBound)) to \(formatNumber(range.upperBound)), not '\(text)'")
         }
         return value

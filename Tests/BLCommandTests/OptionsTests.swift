@@ -109,6 +109,12 @@ final class OptionsTests: XCTestCase {
         XCTAssertThrowsError(try parsed.int("code", in: 1...10))
         XCTAssertThrowsError(try spec.parse(["--timeout", "-1"]).seconds("timeout"))
         XCTAssertThrowsError(try spec.parse(["--timeout", "nan"]).seconds("timeout"))
+        for odd in ["0x1p3", "1e3", "inf", "+", ".", ""] {
+            XCTAssertThrowsError(try spec.parse(["--timeout=" + odd]).seconds("timeout"), odd)
+        }
+        for (text, value) in [("2.5", 2.5), ("10", 10.0), (".5", 0.5), ("3.", 3.0)] {
+            XCTAssertEqual(try spec.parse(["--timeout", text]).seconds("timeout"), value, text)
+        }
         // choice() takes its words from the OptionSpec.
         let modes = CommandSpec(name: "t", usage: [], summary: "",
                                 options: [OptionSpec("mode", value: "M", choices: ["pull", "push"], help: "m")])
