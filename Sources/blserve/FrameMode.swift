@@ -27,8 +27,6 @@ final class FrameMode: ServeMode {
         var waitingForRoom = false
         /// Disconnected: its state was dropped; a running COMMAND's reply is discarded.
         var gone = false
-        /// When it last read (a doorbell waits while it reads inside a reply).
-        var lastRead = 0.0
 
         init(device: String, maxFrame: Int, maxQueue: Int) {
             self.device = device
@@ -53,7 +51,8 @@ final class FrameMode: ServeMode {
     static let doorbell: [UInt8] = Array("N0000000".utf8)
     /// --prestart, until a COMMAND ended before its request came.
     private var prestart: Bool
-    /// A doorbell waits for every central to be between two replies: see ``ring()``.
+    private var readChains = ReadChains()
+    /// A doorbell waits for every central to end its chain of reads: see ``ring()``.
     private var doorbellWaiting = false
     private var doorbellWaitingSince = 0.0
     private var doorbellTimer: TimerToken?
@@ -118,28 +117,35 @@ final class FrameMode: ServeMode {
     }
 
     func read(_ options: GattRequestOptions, _ call: IncomingCall) {
-        guard let c = centrals[options.device!] else {
+        let device = options.device!
+        guard let c = centrals[device] else {
             call.reply(.bytes([]))
+            readChains.read(by: device, gotNothing: options.offset == 0)
+            if doorbellWaiting { ringIfClear() }
             return
         }
-        c.lastRead = MonotonicClock.seconds()
         switch c.replies.read(offset: options.offset, mtu: options.mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
-            if !piece.isEmpty, options.offset == 0 {
-                // The answer goes to bluetoothd before a doorbell rung now (one connection keeps
-                // its order), so the doorbell reaches this central after the reply's last piece.
-                if doorbellWaiting && !c.replies.isPartlyRead { ringIfClear() }
-                dispatchWaiting(c)
-            }
+            readChains.read(by: device, gotNothing: piece.isEmpty && options.offset == 0)
+            // A chain of reads that has ended may let a waiting doorbell ring.
+            if piece.isEmpty && doorbellWaiting { ringIfClear() }
+            if !piece.isEmpty, options.offset == 0 { dispatchWaiting(c) }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }
     }
 
     func connectionChanged(device: String, connected: Bool) {
-        guard !connected, let c = centrals[device] else { return }
-        drop(c)
+        guard !connected else { return }
+        readChains.forget(device)
+        if let c = centrals[device] { drop(c) } else if doorbellWaiting { ringIfClear() }
+    }
+
+    /// The centrals a doorbell may reach: those connected, and those with requests or replies
+    /// (a connection bluetoothd has not signalled yet).
+    private var listeners: Set<String> {
+        server.peripheral.connectedCentrals.union(centrals.values.lazy.filter { !$0.gone }.map(\.device))
     }
 
     func notifyingChanged(_ on: Bool) {}
@@ -317,10 +323,12 @@ final class FrameMode: ServeMode {
                              divert: { [weak self, weak c] rest in
                                  guard let self, let c, !c.gone else { return }
                                  self.server.debug("\(Server.centralName(c.device)): \(reply.count - rest.count) of \(reply.count) reply bytes notified, the rest waits to be read")
-                                 // The central is inside this frame from now on, as if
-                                 // it had read its start: doorbells wait (see ring()).
-                                 c.replies.append(rest, begun: rest.count < reply.count)
-                                 c.lastRead = MonotonicClock.seconds()
+                                 c.replies.append(rest)
+                                 if rest.count < reply.count {
+                                     // The central is inside this frame and reads its rest
+                                     // next, as if it had read its start: doorbells wait.
+                                     self.readChains.read(by: c.device, gotNothing: false)
+                                 }
                                  if rest.count == reply.count {
                                      // Nothing of it was notified: ring as a pulled reply does.
                                      self.ring()
@@ -348,11 +356,13 @@ final class FrameMode: ServeMode {
     /// Announces a queued reply with the doorbell, which every subscribed central hears
     /// (bluez-notes §3.8). A central parsing every notification and read as one stream, as the
     /// RaspBLE client does, would take its 8 bytes for body bytes if it came while that central
-    /// reads inside a reply (its own earlier one, or any other central's): so it waits until no
-    /// central is inside a reply, and rings once for every reply queued meanwhile (a central
-    /// reading until empty reads those too). It lands between two frames instead, where it is
-    /// an empty N frame. A central that stopped reading inside a reply for ``stalledReader``
-    /// seconds holds it back no longer, nor do all together for more than
+    /// reads a reply (its own earlier one, or another's); and bluetoothd sends a read's answer
+    /// ahead of a notification still queued, so a doorbell given to it just before a central's
+    /// first read of a chain is answered still reaches that central after the first piece. So
+    /// it waits until every connected central has ended its chain of reads (a read that found
+    /// nothing) since the doorbell before, and rings once for every reply queued meanwhile. A
+    /// central that has not read for ``stalledReader`` seconds (since its last read, or since
+    /// the doorbell before) holds it back no longer, nor do all together for more than
     /// ``longestDoorbellWait``.
     private func ring() {
         if !doorbellWaiting {
@@ -367,13 +377,11 @@ final class FrameMode: ServeMode {
         let now = MonotonicClock.seconds()
         let waited = now - doorbellWaitingSince
         if waited < Self.longestDoorbellWait {
-            let readingInside = centrals.values.filter {
-                !$0.gone && $0.replies.isPartlyRead && now - $0.lastRead < Self.stalledReader
-            }
-            if let soonest = readingInside.map({ Self.stalledReader - (now - $0.lastRead) }).min() {
+            let holding = readChains.holding(listeners, now: now, stalled: Self.stalledReader)
+            if let soonest = holding.map({ $0.holdsFor }).min() {
                 if !doorbellHeldLogged {
                     doorbellHeldLogged = true
-                    server.debug("doorbell held back: \(readingInside.map { Server.centralName($0.device) }.sorted().joined(separator: ", ")) reading inside a reply")
+                    server.debug("doorbell held back: \(holding.map { Server.centralName($0.device) }.sorted().joined(separator: ", ")) reading replies")
                 }
                 if let doorbellTimer { server.loop.cancel(doorbellTimer) }
                 let delay = min(soonest, Self.longestDoorbellWait - waited) + 0.01
@@ -389,6 +397,13 @@ final class FrameMode: ServeMode {
         if let doorbellTimer { server.loop.cancel(doorbellTimer) }
         doorbellTimer = nil
         if server.stopping { return }
+        if config.verbose {
+            let still = readChains.unfinished(listeners)
+            if !still.isEmpty {
+                server.debug("doorbell rings after \(Int(waited * 1000)) ms although \(still.map(Server.centralName).sorted().joined(separator: ", ")) did not read to the end")
+            }
+        }
+        readChains.rang(at: now)
         server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
     }
 
@@ -428,4 +443,45 @@ final class FrameMode: ServeMode {
         }
         return "\(reply.count) bytes"
     }
+}
+
+/// Where each central is in its chains of reads, for the doorbell (see `FrameMode.ring()`).
+struct ReadChains {
+    private var lastRead: [String: Double] = [:]
+    /// When each central's last chain ended (a read without an offset that found nothing).
+    private var lastEnd: [String: Double] = [:]
+    private var lastRing = -Double.infinity
+
+    mutating func read(by device: String, gotNothing: Bool, at now: Double = MonotonicClock.seconds()) {
+        lastRead[device] = now
+        if gotNothing { lastEnd[device] = now }
+    }
+
+    mutating func rang(at now: Double) { lastRing = now }
+
+    mutating func forget(_ device: String) {
+        lastRead[device] = nil
+        lastEnd[device] = nil
+    }
+
+    /// A central is in a chain when it read a piece after its chain last ended, or has not
+    /// ended one since the last doorbell (its first read may be on its way).
+    private func inChain(_ device: String) -> Bool {
+        let ended = lastEnd[device] ?? -Double.infinity
+        return (lastRead[device] ?? -Double.infinity) > ended || lastRing > ended
+    }
+
+    /// The connected centrals in a chain that are not stalled, each with the seconds until it
+    /// would count as stalled.
+    func holding(_ connected: Set<String>, now: Double, stalled: Double) -> [(device: String, holdsFor: Double)] {
+        connected.compactMap { device in
+            guard inChain(device) else { return nil }
+            let active = max(lastRead[device] ?? -Double.infinity, lastRing)
+            let left = stalled - (now - active)
+            return left > 0 ? (device, left) : nil
+        }
+    }
+
+    /// The connected centrals still in a chain (stalled or not).
+    func unfinished(_ connected: Set<String>) -> [String] { connected.filter(inChain) }
 }

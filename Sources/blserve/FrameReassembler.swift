@@ -187,24 +187,16 @@ struct ReplyQueue {
     /// Replies held, the partly read one included.
     var count: Int { replies.count }
     var isEmpty: Bool { replies.isEmpty }
-    /// The oldest reply began elsewhere (its start was notified): the central is inside it.
-    private var headBegun = false
-
-    /// Some but not all of the oldest reply has been handed out (here, or notified before it
-    /// was queued): the central is inside that frame.
-    var isPartlyRead: Bool { position > 0 || headBegun }
     /// Bytes not yet handed out.
     var pendingBytes: Int { replies.reduce(0) { $0 + $1.count } - position }
 
     /// Queues a reply; false (and nothing queued) when full, unless `evenIfFull` (for bytes that
     /// were already taken from somewhere and have nowhere else to go). An empty reply is not
     /// queued.
-    /// `begun`: the reply's start went out as notifications already (this is the rest of it).
     @discardableResult
-    mutating func append(_ reply: [UInt8], evenIfFull: Bool = false, begun: Bool = false) -> Bool {
+    mutating func append(_ reply: [UInt8], evenIfFull: Bool = false) -> Bool {
         if reply.isEmpty { return true }
         guard evenIfFull || replies.count < capacity else { return false }
-        if begun && replies.isEmpty { headBegun = true }
         replies.append(reply)
         return true
     }
@@ -212,7 +204,6 @@ struct ReplyQueue {
     mutating func removeAll() {
         replies.removeAll()
         position = 0
-        headBegun = false
         lastPiece = []
     }
 
@@ -224,7 +215,6 @@ struct ReplyQueue {
         for (i, reply) in replies.enumerated() { out += i == 0 ? reply[position...] : reply[...] }
         replies.removeAll()
         position = 0
-        headBegun = false
         return out
     }
 
@@ -249,7 +239,6 @@ struct ReplyQueue {
         if position == head.count {
             replies.removeFirst()
             position = 0
-            headBegun = false
         }
         return .success(lastPiece)
     }

@@ -337,27 +337,53 @@ final class ServerBusTests: XCTestCase {
         return frames
     }
 
-    /// Another central's doorbell waits while a central reads inside a reply (it would land in
-    /// that reply's body for a client like RaspBLE's), and rings right after its last piece.
-    func testTheDoorbellWaitsWhileACentralReadsInsideAReply() throws {
+    /// Another central's doorbell waits while a central reads a reply (it would land in that
+    /// reply's body for a client like RaspBLE's), also after the reply's last piece (a client
+    /// taking notifications through a socket may see it before that piece), until its chain of
+    /// reads ends with an empty read.
+    func testTheDoorbellWaitsWhileACentralReadsAReply() throws {
         try start(["cat"])
         let long = String(repeating: "y", count: 100)
         ok(bluez.write(frame("T", long), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
         var stream = bluez.notifications[0]
         var seen = 1
+        // B heard A's doorbell too, and read (nothing: its request has not come yet).
+        XCTAssertEqual(try bluez.read(from: b).get(), [])
         stream += try bluez.read(from: a, mtu: 23).get()
         ok(bluez.write(frame("T", "b"), from: b))
         settle(0.5)
         XCTAssertEqual(bluez.notifications.count, 1, "B's doorbell rang while A was inside its reply")
+        // The rest of A's reply, piece by piece: no doorbell until a read finds nothing.
+        while stream.count < 8 + 108 {
+            stream += try bluez.read(from: a, mtu: 23).get()
+            settle(0.05)
+            XCTAssertEqual(bluez.notifications.count, 1, "B's doorbell rang before A's chain of reads ended")
+        }
         let frames = readLikeTheSeedClient(a, mtu: 23, stream: &stream, seen: &seen)
         XCTAssertEqual(frames, ["N0000000", "T0000100" + long, "N0000000"])
         XCTAssertEqual(reply(for: b), "T0000001b")
     }
 
-    /// A central's own next reply, ready while it reads inside the one before, is announced only
-    /// after that one's last piece: between two frames, where the client's parser sees an empty
-    /// N frame.
+    /// A central that has not read since the last doorbell may be about to: its first read's
+    /// answer would overtake a doorbell given to bluetoothd just before, so the next doorbell
+    /// waits for it too.
+    func testTheDoorbellWaitsForACentralThatHasNotReadSinceTheLastOne() throws {
+        try start(["cat"])
+        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        XCTAssertEqual(try bluez.read(from: b).get(), [])
+        ok(bluez.write(frame("T", "b"), from: b))
+        settle(0.5)
+        XCTAssertEqual(bluez.notifications.count, 1, "B's doorbell rang before A had read after the one before")
+        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 1), "B's doorbell did not follow A's reads")
+        XCTAssertEqual(reply(for: b), "T0000001b")
+    }
+
+    /// A central's own next reply, ready while it reads the one before, is read in the same
+    /// chain of reads; the doorbell comes after it, where the client's parser sees an empty N
+    /// frame.
     func testTheDoorbellOfAPipelinedReplyLandsBetweenFrames() throws {
         try start(["sh", "-c", "b=$(cat); [ \"$b\" = second ] && sleep 0.5; printf %s \"$b\""])
         let long = String(repeating: "x", count: 100)
@@ -369,10 +395,10 @@ final class ServerBusTests: XCTestCase {
         settle(1)
         XCTAssertEqual(bluez.notifications.count, 1, "the second doorbell rang inside the first reply")
         let frames = readLikeTheSeedClient(a, mtu: 23, stream: &stream, seen: &seen)
-        XCTAssertEqual(frames, ["N0000000", "T0000100" + long, "N0000000", "T0000006second"])
+        XCTAssertEqual(frames, ["N0000000", "T0000100" + long, "T0000006second", "N0000000"])
     }
 
-    /// A central that stops reading inside a reply holds the doorbell back for about 2 s only.
+    /// A central that stops reading before the end holds the doorbell back for about 2 s only.
     func testAStalledReaderHoldsTheDoorbellBackBriefly() throws {
         try start(["cat"])
         ok(bluez.write(frame("T", String(repeating: "z", count: 100)), from: a))
@@ -1376,6 +1402,8 @@ final class ServerBusTests: XCTestCase {
         bluez.clearNotifications()
         ok(bluez.write(frame("T", "second"), from: a))
         XCTAssertTrue(loop.run(until: { self.server.children.isIdle && self.server.notifier.isIdle }, timeout: 10))
+        // A did not read after the first doorbell: it holds the next one back for 2 s at most.
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 3))
         settle(0.2)
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
         XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000005firstT0000006second")
