@@ -57,9 +57,10 @@ final class FrameMode: ServeMode {
     private var doorbellWaitingSince = 0.0
     private var doorbellTimer: TimerToken?
     private var doorbellHeldLogged = false
-    /// A central inside a reply that has not read for this long no longer holds the doorbell.
+    /// A central that has neither read nor heard a doorbell for this long no longer holds one
+    /// back.
     static let stalledReader = 2.0
-    /// The longest a doorbell waits for centrals inside their replies.
+    /// The longest a doorbell waits for centrals reading replies.
     static let longestDoorbellWait = 30.0
 
     init(server: Server) {
@@ -403,7 +404,7 @@ final class FrameMode: ServeMode {
                 server.debug("doorbell rings after \(Int(waited * 1000)) ms although \(still.map(Server.centralName).sorted().joined(separator: ", ")) did not read to the end")
             }
         }
-        readChains.rang(at: now)
+        readChains.rang(at: now, keeping: listeners)
         server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
     }
 
@@ -457,7 +458,13 @@ struct ReadChains {
         if gotNothing { lastEnd[device] = now }
     }
 
-    mutating func rang(at now: Double) { lastRing = now }
+    /// A doorbell went out. What is kept of centrals no longer connected goes (a disconnect
+    /// bluetoothd never signalled must not leave it for ever).
+    mutating func rang(at now: Double, keeping listeners: Set<String>) {
+        lastRing = now
+        lastRead = lastRead.filter { listeners.contains($0.key) }
+        lastEnd = lastEnd.filter { listeners.contains($0.key) }
+    }
 
     mutating func forget(_ device: String) {
         lastRead[device] = nil
