@@ -377,6 +377,7 @@ final class FrameMode: ServeMode {
         guard doorbellWaiting else { return }
         let now = MonotonicClock.seconds()
         let waited = now - doorbellWaitingSince
+        let listeners = self.listeners
         if waited < Self.longestDoorbellWait {
             let holding = readChains.holding(listeners, now: now, stalled: Self.stalledReader)
             if let soonest = holding.map({ $0.holdsFor }).min() {
