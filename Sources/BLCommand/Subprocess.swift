@@ -627,6 +627,31 @@ public final class Subprocess {
         _ = kill(-pid, SIGKILL)
     }
 
+    /// How long a child's standard output may stay open after the child was reaped.
+    public static let exitGrace = 1.0
+
+    /// For ``onExit``: a run ends with its child. What the child left running in its process
+    /// group is killed now when its standard output is closed. While something it started
+    /// still holds the output (`cmd &` in a shell), the run's output goes on for ``exitGrace``
+    /// seconds; then `drain` takes what the pipe holds and, if it is still open, the group gets
+    /// SIGKILL and `close` must close the output (``closeStdout()``, and the caller's watch) and
+    /// end the run. Returns the timer of that grace, for the caller to cancel should the run end
+    /// otherwise first.
+    public func endGroupOnExit(loop: EventLoop, drain: @escaping () -> Void, close: @escaping () -> Void) -> TimerToken? {
+        guard stdoutFD >= 0 else {
+            killGroupJustReaped()
+            return nil
+        }
+        return loop.schedule(after: Self.exitGrace) { [weak self] in
+            guard let self, self.stdoutFD >= 0 else { return }
+            drain()
+            guard self.stdoutFD >= 0 else { return }  // it ended meanwhile
+            // The pipe is still open: the group id cannot have been reused.
+            self.signalGroup(SIGKILL)
+            close()
+        }
+    }
+
     func ended(_ status: ProcessStatus) {
         self.status = status
         let callback = onExit

@@ -263,27 +263,15 @@ final class HandlerRun {
     private func exited(_ status: ProcessStatus) {
         // Whatever it left in the pipe is still read: drain before deciding.
         if process?.stdoutFD ?? -1 >= 0 { drain() }
-        if let child = process, child.stdoutFD >= 0 {
-            // Something it started in the background still holds stdout (`cmd &` in a shell).
-            // The reply is what COMMAND wrote: give the pipe a moment, then stop listening.
-            graceTimer = loop.schedule(after: Self.exitGrace) { [weak self] in
-                guard let self, let child = self.process, child.stdoutFD >= 0 else { return }
-                self.drain()
-                // What still holds the pipe is left over from this run: end it with the run.
-                child.signalGroup(SIGKILL)
-                self.closeStdout()
-                self.checkDone()
-            }
-        } else {
-            // Anything COMMAND left running in its group ends with the run, so no request leaves
-            // processes behind (nor escapes --handler-timeout).
-            process?.killGroupJustReaped()
-        }
+        // Anything COMMAND left running in its group ends with the run, so no request leaves
+        // processes behind (nor escapes --handler-timeout). The reply is what COMMAND wrote,
+        // and what it started in the background may hold stdout only for the exit grace.
+        graceTimer = process?.endGroupOnExit(loop: loop, drain: { [weak self] in self?.drain() }, close: { [weak self] in
+            self?.closeStdout()
+            self?.checkDone()
+        })
         checkDone()
     }
-
-    /// How long stdout may stay open after COMMAND exited.
-    static let exitGrace = 1.0
 
     private func checkDone() {
         guard let child = process, let status = child.status, child.stdoutFD < 0 else { return }

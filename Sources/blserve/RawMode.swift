@@ -370,12 +370,10 @@ final class RawMode: ServeMode {
             n = 0
         }
         if n == 0 {
-            if let w = s.stdoutWatch { loop.remove(w) }
-            s.stdoutWatch = nil
             // Once COMMAND has exited, what it left in its group ends with it (while the pipe is
             // open the group id is safe).
             s.process?.killLeftovers()
-            s.process?.closeStdout()
+            closeStdout(s)
             checkEnded(s)
             return
         }
@@ -443,26 +441,22 @@ final class RawMode: ServeMode {
     /// in its process group is killed now, or, while something still holds its stdout, after
     /// a grace of a second (its output until then still reaches the central).
     private func exited(_ s: Session) {
-        guard let process = s.process else { return }
-        if process.stdoutFD < 0 {
-            process.killGroupJustReaped()
-        } else {
-            s.graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak self, weak s] in
-                guard let self, let s, let process = s.process, process.stdoutFD >= 0 else { return }
-                s.graceTimer = nil
-                // What it wrote until now still goes to the central; then the run ends, as in
-                // frame mode, even if something outside its group holds the pipe. The pipe is
-                // still open: the group id cannot have been reused.
-                self.drain(s)
-                guard process.stdoutFD >= 0 else { return }  // it ended meanwhile
-                process.signalGroup(SIGKILL)
-                if let w = s.stdoutWatch { self.loop.remove(w) }
-                s.stdoutWatch = nil
-                process.closeStdout()
-                self.checkEnded(s)
-            }
-        }
+        // What it writes during the grace still goes to the central.
+        s.graceTimer = s.process?.endGroupOnExit(loop: loop, drain: { [weak self, weak s] in
+            if let self, let s { self.drain(s) }
+        }, close: { [weak self, weak s] in
+            guard let self, let s else { return }
+            s.graceTimer = nil
+            self.closeStdout(s)
+            self.checkEnded(s)
+        })
         checkEnded(s)
+    }
+
+    private func closeStdout(_ s: Session) {
+        if let w = s.stdoutWatch { loop.remove(w) }
+        s.stdoutWatch = nil
+        s.process?.closeStdout()
     }
 
     /// COMMAND's stdout ended and it was reaped: the session can take a new COMMAND.

@@ -130,11 +130,10 @@ final class StreamMode: ServeMode {
             n = 0
         }
         if n == 0 {
-            if let w = stdoutWatch { loop.remove(w) }
-            stdoutWatch = nil
-            process.closeStdout()
-            // Ended within the exit grace: what it left in its group ends too.
-            if process.status != nil { process.killGroupJustReaped() }
+            // Ended within the exit grace: what it left in its group ends too (while the pipe
+            // is open the group id is safe).
+            process.killLeftovers()
+            closeStdout()
             checkEnded()
             return false
         }
@@ -151,26 +150,23 @@ final class StreamMode: ServeMode {
     /// left running in its process group is killed now, or, while something still holds its
     /// stdout, after a grace of a second (what was written until then is still notified).
     private func exited() {
-        guard let process else { return }
-        if process.stdoutFD < 0 {
-            process.killGroupJustReaped()
-        } else {
-            graceTimer = loop.schedule(after: HandlerRun.exitGrace) { [weak self] in
-                guard let self, let process = self.process, process.stdoutFD >= 0 else { return }
-                self.graceTimer = nil
-                // What the pipe holds (at most its size, and what the leftover adds while it
-                // is read, within reason), then the group goes. The pipe is still open: the
-                // group id cannot have been reused.
-                for _ in 0..<64 where self.drain() {}
-                guard process.stdoutFD >= 0 else { return }  // it ended meanwhile
-                process.signalGroup(SIGKILL)
-                if let w = self.stdoutWatch { self.loop.remove(w) }
-                self.stdoutWatch = nil
-                process.closeStdout()
-                self.checkEnded()
-            }
-        }
+        // What the pipe holds (at most its size, and what the leftover adds while it is read,
+        // within reason) is still notified.
+        graceTimer = process?.endGroupOnExit(loop: loop, drain: { [weak self] in
+            for _ in 0..<64 where self?.drain() == true {}
+        }, close: { [weak self] in
+            guard let self else { return }
+            self.graceTimer = nil
+            self.closeStdout()
+            self.checkEnded()
+        })
         checkEnded()
+    }
+
+    private func closeStdout() {
+        if let w = stdoutWatch { loop.remove(w) }
+        stdoutWatch = nil
+        process?.closeStdout()
     }
 
     private func checkEnded() {
