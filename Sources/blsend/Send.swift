@@ -174,6 +174,8 @@ final class Writer {
     /// Bytes known to have left: acknowledged requests, or commands before an answered fence.
     private var confirmed = 0
     private var finished = false
+    /// All input is written: the last writes are being confirmed.
+    private var finishing = false
     /// Ends the writer as soon as the link goes, also while it waits for input.
     private var linkWatch: LinkWatch?
     private let progress: Progress?
@@ -391,22 +393,20 @@ final class Writer {
         guard fenceRead != nil else { return }
         fencing = true
         if let socketWatch { loop.setEvents(socketWatch, []) }
-        readFence(waitingSince: MonotonicClock.seconds(), then: next)
+        // Only what bluetoothd has taken from the socket is queued ahead of the fence's read,
+        // and right after a burst the last datagrams are usually still in the socket: wait
+        // (bluetoothd takes them as fast as it runs, nothing else is written meanwhile) until
+        // it has taken all, so that the answer confirms every byte written, not only those of
+        // the fence before (a failure then says how much got through).
+        whenSocketDrained(within: Writer.fenceDrainWait) { [weak self] allTaken in
+            self?.readFence(covering: allTaken ? self?.written : nil, then: next)
+        }
     }
 
-    /// The fence's read. Only what bluetoothd has taken from the socket is queued ahead of it,
-    /// and right after a burst the last datagrams are usually still in the socket: it waits
-    /// (bluetoothd takes them as fast as it runs, nothing else is written meanwhile) until
-    /// bluetoothd has taken all, so that its answer confirms every byte written, not only
-    /// those of the fence before (a failure then says how much got through).
-    private func readFence(waitingSince: Double, then next: (() -> Void)?) {
+    /// The fence's read; its answer confirms `covered` bytes (nil: those confirmed before).
+    private func readFence(covering covered: Int?, then next: (() -> Void)?) {
         guard let fenceRead, !finished else { return }
-        let allTaken = socket.map { FileIO.unreadBytes($0.rawValue) == 0 } ?? true
-        if !allTaken && MonotonicClock.seconds() - waitingSince < Writer.fenceDrainWait {
-            _ = loop.schedule(after: 0.001) { [weak self] in self?.readFence(waitingSince: waitingSince, then: next) }
-            return
-        }
-        let covered = allTaken ? written : confirmed
+        let covered = covered ?? confirmed
         fenceRead.read(timeout: 30) { [weak self] result in
             guard let self, !self.finished else { return }
             self.fencing = false
@@ -418,6 +418,22 @@ final class Writer {
             }
             self.confirmed = covered
             if let next { next() } else { self.pump() }
+        }
+    }
+
+    /// Calls `then(true)` once bluetoothd has taken every datagram written to AcquireWrite's
+    /// socket (at once without a socket), or `then(false)` after `limit` seconds. Nothing
+    /// signals that moment: it looks every millisecond.
+    private func whenSocketDrained(within limit: Double, since: Double = MonotonicClock.seconds(),
+                                   then: @escaping (Bool) -> Void) {
+        guard !finished else { return }
+        let drained = socket.map { FileIO.unreadBytes($0.rawValue) == 0 } ?? true
+        if drained || MonotonicClock.seconds() - since >= limit {
+            then(drained)
+            return
+        }
+        _ = loop.schedule(after: 0.001) { [weak self] in
+            self?.whenSocketDrained(within: limit, since: since, then: then)
         }
     }
 
@@ -436,20 +452,23 @@ final class Writer {
     /// a read go through the same link: it is queued behind the commands, so its answer means
     /// they went out (and ending our connection next cannot cut them off).
     private func drainThenFinish() {
-        guard !finished else { return }
-        if let fd = socket?.rawValue {
-            if let socketWatch { loop.remove(socketWatch) }
-            socketWatch = nil
-            // Nothing signals the moment bluetoothd has read the last datagram: look every 5 ms.
-            let tick = loop.schedule(after: 0.005, repeating: 0.005) {}
-            let drained = loop.run(until: { [unowned self] in self.finished || FileIO.unreadBytes(fd) == 0 }, timeout: Writer.stallLimit)
-            loop.cancel(tick)
-            guard !finished else { return }
+        guard !finished, !finishing else { return }
+        finishing = true
+        if let socketWatch { loop.remove(socketWatch) }
+        socketWatch = nil
+        whenSocketDrained(within: Writer.stallLimit) { [weak self] drained in
+            guard let self, !self.finished else { return }
             guard drained else {
-                fail(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s")
+                self.fail(.tempFail, "bluetoothd did not take the last writes within \(Int(Writer.stallLimit)) s")
                 return
             }
+            self.confirmLastWrites()
         }
+    }
+
+    /// Every byte is written and bluetoothd has taken them all: confirm the commands, then
+    /// finish.
+    private func confirmLastWrites() {
         // Set for write commands only.
         if fenceRead != nil {
             fence { [weak self] in self?.finish(.success(())) }
