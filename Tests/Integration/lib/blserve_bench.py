@@ -1,8 +1,10 @@
 """Central side of scripts/bench-blserve, with bleak (run with the bleak venv's python).
 
-  blserve_bench.py latency ADAPTER ADDRESS COUNT
+  blserve_bench.py latency ADAPTER ADDRESS COUNT [PAUSE]
       COUNT requests of a 10-byte T frame (T0000002hi), each written as the seed client does and
       answered through the doorbell and reads; prints one JSON line with every latency (seconds).
+      With PAUSE (seconds), each request after a reply waits that long first, as a person using
+      the app would: the latency of a request made to an idle server, not one of a stream.
   blserve_bench.py bulk ADAPTER ADDRESS SIZE
       NUS layout: writes SIZE random bytes to RX with write commands and waits for the notification
       "done SHA256HEX" (checked against the bytes sent); then writes "GO" and collects SIZE bytes of
@@ -21,12 +23,14 @@ from blserve_client import MAX_PIECE, NUS_RX, NUS_SERVICE, NUS_TX, SeedClient, c
 from benchlog import payload  # noqa: E402
 
 
-async def latency(adapter, address, count):
+async def latency(adapter, address, count, pause=0.0):
     client = SeedClient(adapter, address)
     await client.connect()
     times = []
     try:
         for i in range(count + 3):
+            if pause:
+                await asyncio.sleep(pause)
             start = time.monotonic()
             code, body = await client.request("T", "hi", timeout=30)
             took = time.monotonic() - start
@@ -83,7 +87,8 @@ async def bulk(adapter, address, size):
 def main():
     what, adapter, address, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     if what == "latency":
-        run(latency(adapter, address, n), 900)
+        pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+        run(latency(adapter, address, n, pause), 900 + (n + 3) * pause)
     elif what == "bulk":
         run(bulk(adapter, address, n), 900)
     else:
