@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from blserve_client import MAX_PIECE, NUS_RX, NUS_SERVICE, NUS_TX, SeedClient, check, connect_bleak, run  # noqa: E402
+from blserve_client import MAX_PIECE, NUS_RX, NUS_SERVICE, NUS_TX, SeedClient, check, connect_bleak, fail, run  # noqa: E402
 from benchlog import payload  # noqa: E402
 
 
@@ -40,6 +40,18 @@ async def latency(adapter, address, count, pause=0.0):
     finally:
         await client.disconnect()
     print(json.dumps({"latencies": times}), flush=True)
+
+
+LIMIT = 300  # seconds each way of bulk may take
+
+
+async def wait_for(event, failure):
+    """Waits LIMIT seconds at most for EVENT; else exits saying FAILURE (a string, or a function
+    giving one, called then)."""
+    try:
+        await asyncio.wait_for(event.wait(), LIMIT)
+    except asyncio.TimeoutError:
+        fail(failure() if callable(failure) else failure)
 
 
 async def bulk(adapter, address, size):
@@ -69,12 +81,12 @@ async def bulk(adapter, address, size):
         start = time.monotonic()
         for i in range(0, size, piece):
             await client.write_gatt_char(rx, data[i:i + piece], response=False)
-        await asyncio.wait_for(done.wait(), 300)
+        await wait_for(done, "upload: no \"done\" from the peripheral within %d s" % LIMIT)
         upload = time.monotonic() - start
         mode[0] = "download"
         start = time.monotonic()
         await client.write_gatt_char(rx, b"GO", response=False)
-        await asyncio.wait_for(full.wait(), 300)
+        await wait_for(full, lambda: "download: got %d of %d bytes within %d s" % (len(received), size, LIMIT))
         download = time.monotonic() - start
         await asyncio.sleep(0.5)  # anything beyond SIZE would show now
     finally:
