@@ -28,6 +28,10 @@ public final class PartialFile {
         self.directory = directory
         self.headLimit = headLimit
         let base = PartialFile.prefix(of: directory)
+        // A signal between creating the file and arming the cleanup would leave it behind: the
+        // cleanup's signals wait until both are done.
+        let mask = SignalCleanup.blockSignals()
+        defer { SignalCleanup.restoreSignals(mask) }
         var attempts = 0
         while true {
             PartialFile.counter += 1
@@ -193,5 +197,21 @@ private final class SignalCleanup {
 
     func disarm() {
         SignalCleanup.path[0] = 0
+    }
+
+    /// Blocks `signals` in the calling thread; returns the mask to restore.
+    static func blockSignals() -> sigset_t {
+        var block = sigset_t()
+        sigemptyset(&block)
+        for signo in signals { sigaddset(&block, signo) }
+        var old = sigset_t()
+        _ = pthread_sigmask(SIG_BLOCK, &block, &old)
+        return old
+    }
+
+    /// Restores a mask ``blockSignals()`` returned; a signal that came meanwhile is handled now.
+    static func restoreSignals(_ mask: sigset_t) {
+        var mask = mask
+        _ = pthread_sigmask(SIG_SETMASK, &mask, nil)
     }
 }

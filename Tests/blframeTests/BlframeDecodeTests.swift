@@ -93,16 +93,32 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
     }
 
-    /// Waits (at most 10 s) until `dir` holds the partial file of process `pid`.
-    private func waitForPartialFile(in dir: URL, of pid: pid_t) throws -> Bool {
+    /// Waits (at most 10 s) until `dir` holds the partial file of process `pid`, looking every
+    /// `interval` microseconds (0: without a pause).
+    private func waitForPartialFile(in dir: URL, of pid: pid_t, interval: UInt32 = 20_000) throws -> Bool {
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
             if try FileManager.default.contentsOfDirectory(atPath: dir.path).contains(where: { $0.hasPrefix(".blframe-\(pid)-") }) {
                 return true
             }
-            usleep(20_000)
+            if interval > 0 { usleep(interval) }
         }
         return false
+    }
+
+    /// A signal that comes the moment the partial file appears removes it too (it once came
+    /// before blframe had armed the cleanup, in about a third of the tries).
+    func testSignalAsThePartialFileAppears() throws {
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        for attempt in 1...30 {
+            let dir = try temporaryDirectory(self)
+            let killed = try Spawned(blframe, ["-d", "-i", dir.path])
+            killed.send(data("I0000010abc"))
+            XCTAssertTrue(try waitForPartialFile(in: dir, of: killed.pid, interval: 0))
+            kill(killed.pid, SIGUSR1)
+            XCTAssertEqual(killed.wait(), 128 + SIGUSR1)
+            XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind (try \(attempt))")
+        }
     }
 
     /// A signal that ends blframe mid-image removes the partial file (SIGUSR1 as well as
