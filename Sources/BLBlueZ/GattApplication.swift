@@ -31,12 +31,32 @@ public struct GattRequestOptions: Sendable, Equatable {
 
     /// Parses the `a{sv}` argument.
     public init(_ options: DBusValue?) {
-        let dict = options?.dictionary ?? [:]
-        device = dict["device"]?.objectPath ?? dict["device"]?.string
-        mtu = dict["mtu"]?.uint16.map(Int.init) ?? 23
-        offset = dict["offset"]?.uint16.map(Int.init) ?? 0
-        link = dict["link"]?.string
-        prepareAuthorize = dict["prepare-authorize"]?.bool ?? false
+        self.init()
+        guard case .dictionary(_, _, let entries)? = options?.unwrapped else { return }
+        for (key, value) in entries {
+            if case .string(let name) = key { take(name, value.unwrapped) }
+        }
+    }
+
+    /// The options and the written value (empty if none) of a GATT call, read straight from
+    /// its message: every ReadValue and WriteValue comes through here.
+    static func of(_ call: IncomingCall) -> (GattRequestOptions, value: [UInt8]) {
+        var options = GattRequestOptions()
+        var value: [UInt8] = []
+        call.message.scanArguments(bytes: { _, bytes in value = bytes },
+                                   entry: { _, key, v in options.take(key, v) })
+        return (options, value)
+    }
+
+    private mutating func take(_ key: String, _ value: DBusValue) {
+        switch key {
+        case "device": device = value.objectPath ?? value.string
+        case "mtu": if let v = value.uint16 { mtu = Int(v) }
+        case "offset": if let v = value.uint16 { offset = Int(v) }
+        case "link": link = value.string
+        case "prepare-authorize": prepareAuthorize = value.bool ?? false
+        default: break
+        }
     }
 
     /// The central's address ("AA:BB:CC:DD:EE:FF") taken from ``device``, or nil.
@@ -361,7 +381,7 @@ public final class GattCharacteristic {
                     call.fail(GattError.notSupported("Read not supported"))
                     return
                 }
-                onRead(GattRequestOptions(call.arguments.first), call)
+                onRead(GattRequestOptions.of(call).0, call)
             }
             .method("WriteValue", inSignature: "aya{sv}", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }
@@ -369,8 +389,8 @@ public final class GattCharacteristic {
                     call.fail(GattError.notSupported("Write not supported"))
                     return
                 }
-                let args = call.arguments
-                onWrite(args[0].bytes ?? [], GattRequestOptions(args[1]), call)
+                let (options, value) = GattRequestOptions.of(call)
+                onWrite(value, options, call)
             }
             .method("StartNotify", inSignature: "", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }

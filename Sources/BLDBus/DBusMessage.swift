@@ -159,6 +159,14 @@ public final class DBusMessage {
     /// The first argument if it is a string, without decoding the rest.
     public var firstStringArgument: String? { DBusCoding.firstString(raw) }
 
+    /// Reads the top-level `ay` and `a{sv}` arguments without building ``arguments``' trees (the
+    /// arguments of every GATT call, a hot path): `bytes` gets each byte array with its argument
+    /// index, `entry` each entry of a string-keyed dictionary with its index, its key and its
+    /// value (variants unwrapped). Other arguments are skipped.
+    public func scanArguments(bytes: (Int, [UInt8]) -> Void, entry: (Int, String, DBusValue) -> Void) {
+        DBusCoding.scan(raw, bytes: bytes, entry: entry)
+    }
+
     /// Appends values to the body. Each value is validated first; nothing is appended if one is
     /// invalid (InvalidArgs). `h` values are duplicated into the message: the caller keeps and must
     /// eventually close its own descriptors (see ``OwnedFD``).

@@ -10,7 +10,11 @@
 /// `props["UUID"]?.string` works whether or not the value is still wrapped in `v`.
 ///
 /// Not `Sendable`, because ``unixFD(_:)`` holds an ``OwnedFD``.
-public indirect enum DBusValue {
+///
+/// Only ``variant(_:)`` is boxed (the other cases that nest keep their values in arrays, which
+/// are on the heap already): reading a message allocates once per string or array, not once per
+/// value.
+public enum DBusValue {
     case byte(UInt8)
     case bool(Bool)
     case int16(Int16)
@@ -35,7 +39,7 @@ public indirect enum DBusValue {
     /// `(...)`: a struct with at least one member.
     case structure([DBusValue])
     /// `v`: a value together with its own signature.
-    case variant(DBusValue)
+    indirect case variant(DBusValue)
 }
 
 // MARK: - Signature

@@ -228,6 +228,46 @@ enum DBusCoding {
         return out
     }
 
+    /// See ``DBusMessage/scanArguments(bytes:entry:)``.
+    static func scan(_ message: OpaquePointer, bytes: (Int, [UInt8]) -> Void, entry: (Int, String, DBusValue) -> Void) {
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(message, &iter) != 0 else { return }
+        var index = 0
+        while dbus_message_iter_get_arg_type(&iter) != CDBus_TYPE_INVALID {
+            var sub = DBusMessageIter()
+            let isArray = dbus_message_iter_get_arg_type(&iter) == CDBus_TYPE_ARRAY
+            if isArray { dbus_message_iter_recurse(&iter, &sub) }
+            switch isArray ? dbus_message_iter_get_element_type(&iter) : CDBus_TYPE_INVALID {
+            case CDBus_TYPE_BYTE:
+                bytes(index, readBytes(&sub))
+            case CDBus_TYPE_DICT_ENTRY:
+                while dbus_message_iter_get_arg_type(&sub) == CDBus_TYPE_DICT_ENTRY {
+                    var e = DBusMessageIter()
+                    dbus_message_iter_recurse(&sub, &e)
+                    guard dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_STRING else { break }
+                    let key = readString(&e)
+                    dbus_message_iter_next(&e)
+                    entry(index, key, readValue(&e).unwrapped)
+                    dbus_message_iter_next(&sub)
+                }
+            default:
+                break
+            }
+            index += 1
+            dbus_message_iter_next(&iter)
+        }
+    }
+
+    /// The contents of an `ay` under `sub` (the array's recursed iterator), copied.
+    private static func readBytes(_ sub: inout DBusMessageIter) -> [UInt8] {
+        var p: UnsafeRawPointer? = nil
+        var n: Int32 = 0
+        dbus_message_iter_get_fixed_array(&sub, &p, &n)
+        guard let p, n > 0 else { return [] }
+        // The pointer borrows from the message: copy.
+        return Array(UnsafeRawBufferPointer(start: p, count: Int(n)))
+    }
+
     /// The first argument if it is a string (cheap: decodes nothing else).
     static func firstString(_ message: OpaquePointer) -> String? {
         var iter = DBusMessageIter()
@@ -248,11 +288,14 @@ enum DBusCoding {
         return p.map { String(cString: $0) } ?? ""
     }
 
-    /// The signature of the value under the iterator (libdbus allocates it).
-    private static func currentSignature(_ iter: inout DBusMessageIter) -> String {
-        guard let s = dbus_message_iter_get_signature(&iter) else { return "" }
+    /// Runs `body` with the signature of the value under the iterator (ASCII; libdbus allocates
+    /// it, and frees it after).
+    private static func withCurrentSignature<R>(_ iter: inout DBusMessageIter, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        guard let s = dbus_message_iter_get_signature(&iter) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
         defer { dbus_free(s) }
-        return String(cString: s)
+        var count = 0
+        while s[count] != 0 { count += 1 }
+        return s.withMemoryRebound(to: UInt8.self, capacity: count) { body(UnsafeBufferPointer(start: $0, count: count)) }
     }
 
     private static func readValue(_ iter: inout DBusMessageIter) -> DBusValue {
@@ -298,20 +341,18 @@ enum DBusCoding {
         let elementType = dbus_message_iter_get_element_type(&iter)
         var sub = DBusMessageIter()
         dbus_message_iter_recurse(&iter, &sub)
-        if elementType == CDBus_TYPE_BYTE {
-            var p: UnsafeRawPointer? = nil
-            var n: Int32 = 0
-            dbus_message_iter_get_fixed_array(&sub, &p, &n)
-            guard let p, n > 0 else { return .bytes([]) }
-            // The pointer borrows from the message: copy.
-            return .bytes(Array(UnsafeRawBufferPointer(start: p, count: Int(n))))
+        if elementType == CDBus_TYPE_BYTE { return .bytes(readBytes(&sub)) }
+        // The array's own signature is "a<element>"; for dict entries "a{<key><value>}", the key
+        // one basic type code.
+        let (element, key, value) = withCurrentSignature(&iter) { sig in
+            func part(_ from: Int, _ to: Int) -> String {
+                from < to ? String(decoding: UnsafeBufferPointer(rebasing: sig[from..<to]), as: UTF8.self) : ""
+            }
+            return elementType == CDBus_TYPE_DICT_ENTRY
+                ? ("", part(2, min(3, sig.count)), part(3, sig.count - 1))
+                : (part(1, sig.count), "", "")
         }
-        let element = String(currentSignature(&iter).dropFirst())
         if elementType == CDBus_TYPE_DICT_ENTRY {
-            // element is "{kv}": one basic key code, then the value's complete type.
-            let inner = element.dropFirst().dropLast()
-            let key = String(inner.prefix(1))
-            let value = String(inner.dropFirst())
             var entries: [(key: DBusValue, value: DBusValue)] = []
             while dbus_message_iter_get_arg_type(&sub) != CDBus_TYPE_INVALID {
                 var entry = DBusMessageIter()

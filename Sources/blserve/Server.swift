@@ -194,12 +194,12 @@ final class Server {
 
     /// Applies --allow and records the central's MTU. A refused call is answered here.
     private func admit(_ options: GattRequestOptions, _ call: IncomingCall) -> Bool {
-        guard let device = options.device, options.address != nil else {
+        guard let device = options.device, let address = address(ofDevice: device) else {
             call.fail(GattError.notPermitted("No device"))
             return false
         }
-        if !config.allow.isEmpty, !config.allow.contains(options.address!) {
-            if config.verbose { Tool.warn("\(options.address!): refused: not in --allow") }
+        if !config.allow.isEmpty, !config.allow.contains(address) {
+            if config.verbose { Tool.warn("\(address): refused: not in --allow") }
             call.fail(WriteRefusal.notAllowed.dbusError)
             return false
         }
@@ -209,6 +209,17 @@ final class Server {
         }
         mtus[device] = options.mtu
         return true
+    }
+
+    /// The last device path admit() saw, and its address (every GATT call names its central,
+    /// mostly the same one).
+    private var lastDevice: (path: String, address: String)?
+
+    private func address(ofDevice path: String) -> String? {
+        if let last = lastDevice, last.path == path { return last.address }
+        guard let address = BluetoothAddress.fromDevicePath(path) else { return nil }
+        lastDevice = (path, address)
+        return address
     }
 
     /// True when a notification now reaches `device` and no other central: notifications are

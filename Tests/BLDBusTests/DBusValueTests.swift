@@ -109,6 +109,31 @@ final class DBusValueTests: BusTestCase {
         XCTAssertEqual(back.first?.array, [.byte(1), .byte(2)])
     }
 
+    /// The light scan of a received call (GATT calls' hot path) gives each `ay` and each entry
+    /// of a string-keyed dictionary with its argument's index, and skips everything else.
+    func testScanArgumentsOfAReceivedCall() throws {
+        var bytes: [String] = []
+        var entries: [String] = []
+        let scan = ExportedInterface("org.example.Scan").method("Scan") { call in
+            call.message.scanArguments(bytes: { i, b in bytes.append("\(i):\(b)") },
+                                       entry: { i, k, v in entries.append("\(i):\(k)=\(v)") })
+            call.reply([])
+        }
+        try tree.add(ExportedObject(path: "/test/scan", interfaces: [scan]))
+        _ = try a.callAndWait(destination: b.uniqueName, path: "/test/scan", interface: "org.example.Scan", member: "Scan", args: [
+            .bytes([1, 2, 3]),
+            .string("skipped"),
+            .stringDict(ordered: [("device", .objectPath("/org/bluez/hci0/dev_00_11_22_33_44_55")),
+                                  ("mtu", .uint16(517)), ("nested", .variant(.variant(.string("x"))))]),
+            .dictionary(keySignature: "o", valueSignature: "v", [(key: .objectPath("/a"), value: .variant(.int32(1)))]),
+            .stringArray(["not", "scanned"]),
+            .bytes([]),
+        ], timeout: 10)
+        XCTAssertEqual(bytes, ["0:[1, 2, 3]", "5:[]"])
+        XCTAssertEqual(entries, ["2:device=\(DBusValue.objectPath("/org/bluez/hci0/dev_00_11_22_33_44_55"))",
+                                 "2:mtu=\(DBusValue.uint16(517))", "2:nested=\(DBusValue.string("x"))"])
+    }
+
     func testInvalidValuesAreRejectedBeforeLibdbusSeesThem() throws {
         let m = try DBusMessage.methodCall(destination: nil, path: "/x", interface: nil, member: "M")
         let invalid: [DBusValue] = [
