@@ -5,7 +5,8 @@ application's registration the way bluetoothd does (GetManagedObjects before the
 the application's characteristic the way bluetoothd does for that central, and measures.
 
   fake_bluetoothd.py requests N      N seed-protocol requests (a T frame with a 10-byte body written, the
-                                     doorbell awaited, the reply read), one after the other
+                                     doorbell awaited, the reply read until a read comes back
+                                     empty, as the seed client does), one after the other
   fake_bluetoothd.py commands N SIZE N write commands of SIZE bytes (no reply expected), then a
                                      Ping to the application, which it answers after all of them
   fake_bluetoothd.py peripheral      the other side: the connected device is a peripheral with
@@ -197,6 +198,7 @@ class Requests:
         self.read = bus.get_object(sender, notify_path)
         self.doorbells = 0
         self.waiting = False
+        self.complete = False
         self.times = []
         bus.add_signal_receiver(self.changed, "PropertiesChanged", PROPS_IFACE, sender, notify_path)
         self.read.StartNotify(dbus_interface=CHRC_IFACE)
@@ -231,14 +233,21 @@ class Requests:
 
     def got(self, value):
         if not value:
-            return  # a doorbell for nothing of ours: wait for the next one
+            if self.complete:  # the read that ends the chain, as the seed client reads
+                self.complete = False
+                self.times.append(time.monotonic() - self.t0)
+                self.next()
+            return  # else a doorbell for nothing of ours: wait for the next one
         self.reply += bytes(value)
         if len(self.reply) >= 8 and len(self.reply) >= 8 + int(self.reply[1:8]):
             if self.reply != b"T0000010" + b"0123456789":
                 fail("wrong reply %r" % self.reply)
+            # The seed client reads until a read comes back empty; blserve holds its next
+            # doorbell back until a central has ended its chain of reads.
             self.waiting = False
-            self.times.append(time.monotonic() - self.t0)
-            self.next()
+            self.complete = True
+            self.read.ReadValue(OPTIONS, dbus_interface=CHRC_IFACE, reply_handler=self.got,
+                                error_handler=lambda e: fail("ReadValue: %s" % e))
         else:
             self.doorbells += 1  # the rest of this reply is still queued
             self.pull()
