@@ -40,7 +40,7 @@ public struct GattRequestOptions: Sendable, Equatable {
 
     /// The options and the written value (empty if none) of a GATT call, read straight from
     /// its message: every ReadValue and WriteValue comes through here.
-    static func of(_ call: IncomingCall) -> (GattRequestOptions, value: [UInt8]) {
+    static func of(_ call: IncomingCall) -> (options: GattRequestOptions, value: [UInt8]) {
         var options = GattRequestOptions()
         var value: [UInt8] = []
         call.message.scanArguments(bytes: { _, bytes in value = bytes },
@@ -381,7 +381,7 @@ public final class GattCharacteristic {
                     call.fail(GattError.notSupported("Read not supported"))
                     return
                 }
-                onRead(GattRequestOptions.of(call).0, call)
+                onRead(GattRequestOptions.of(call).options, call)
             }
             .method("WriteValue", inSignature: "aya{sv}", outSignature: "") { [weak self] call in
                 guard accept(call) else { return }

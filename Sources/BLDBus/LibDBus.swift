@@ -233,28 +233,34 @@ enum DBusCoding {
         var iter = DBusMessageIter()
         guard dbus_message_iter_init(message, &iter) != 0 else { return }
         var index = 0
-        while dbus_message_iter_get_arg_type(&iter) != CDBus_TYPE_INVALID {
-            var sub = DBusMessageIter()
-            let isArray = dbus_message_iter_get_arg_type(&iter) == CDBus_TYPE_ARRAY
-            if isArray { dbus_message_iter_recurse(&iter, &sub) }
-            switch isArray ? dbus_message_iter_get_element_type(&iter) : CDBus_TYPE_INVALID {
-            case CDBus_TYPE_BYTE:
-                bytes(index, readBytes(&sub))
-            case CDBus_TYPE_DICT_ENTRY:
-                while dbus_message_iter_get_arg_type(&sub) == CDBus_TYPE_DICT_ENTRY {
-                    var e = DBusMessageIter()
-                    dbus_message_iter_recurse(&sub, &e)
-                    guard dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_STRING else { break }
-                    let key = readString(&e)
-                    dbus_message_iter_next(&e)
-                    entry(index, key, readValue(&e).unwrapped)
-                    dbus_message_iter_next(&sub)
+        var type = dbus_message_iter_get_arg_type(&iter)
+        while type != CDBus_TYPE_INVALID {
+            if type == CDBus_TYPE_ARRAY {
+                var sub = DBusMessageIter()
+                dbus_message_iter_recurse(&iter, &sub)
+                switch dbus_message_iter_get_element_type(&iter) {
+                case CDBus_TYPE_BYTE:
+                    bytes(index, readBytes(&sub))
+                case CDBus_TYPE_DICT_ENTRY:
+                    while dbus_message_iter_get_arg_type(&sub) == CDBus_TYPE_DICT_ENTRY {
+                        var e = DBusMessageIter()
+                        dbus_message_iter_recurse(&sub, &e)
+                        guard dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_STRING else { break }
+                        let key = readString(&e)
+                        dbus_message_iter_next(&e)
+                        // Into the variant at once: no box for a value that is unwrapped anyway.
+                        var v = e
+                        if dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_VARIANT { dbus_message_iter_recurse(&e, &v) }
+                        entry(index, key, readValue(&v).unwrapped)
+                        dbus_message_iter_next(&sub)
+                    }
+                default:
+                    break
                 }
-            default:
-                break
             }
             index += 1
             dbus_message_iter_next(&iter)
+            type = dbus_message_iter_get_arg_type(&iter)
         }
     }
 
