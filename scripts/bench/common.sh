@@ -46,6 +46,25 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # Runtime state of the bench inside the VM (a tmpfs there).
 BENCH_RUN=/run/blbench
+# The logs written while tests run (bluetoothd's debug log: two lines per ATT PDU; btmon's
+# capture: a write per packet) are written here, on the VM's tmpfs, and copied to
+# $BL_BENCH_OUT by mirror_logs. Written straight into $BL_BENCH_OUT (9p: every write a round
+# trip to the host under TCG), they held a 1 MiB transfer to less than half its rate.
+BENCH_LOGS=$BENCH_RUN/logs
+BLUETOOTHD_LOG=$BENCH_LOGS/bluetoothd.log
+MIRRORED_LOGS=(bluetoothd.log btmon.btsnoop)
+
+# mirror_logs: appends to each log in $BL_BENCH_OUT what its live copy in $BENCH_LOGS has
+# beyond it (the live logs only grow). Run by one process at a time: guest-init's mirror loop,
+# then its cleanup.
+mirror_logs() {
+    local name have
+    for name in "${MIRRORED_LOGS[@]}"; do
+        [ -f "$BENCH_LOGS/$name" ] || continue
+        have=$(stat -c %s "$BL_BENCH_OUT/$name" 2>/dev/null || echo 0)
+        tail -c +$((have + 1)) "$BENCH_LOGS/$name" >>"$BL_BENCH_OUT/$name" || return 1
+    done
+}
 # BL_BENCH_BLUETOOTHD=PATH: another bluetoothd (e.g. a newer BlueZ built elsewhere).
 BLUETOOTHD=${BL_BENCH_BLUETOOTHD:-/usr/libexec/bluetooth/bluetoothd}
 SYSTEM_BUS=unix:path=/run/dbus/system_bus_socket
@@ -101,12 +120,13 @@ power_on() {
         variant:boolean:true >/dev/null 2>&1
 }
 
-# start_bluetoothd: start bluetoothd with the bench config, log appended to
-# $BL_BENCH_OUT/bluetoothd.log; waits (bounded) until it owns org.bluez.
+# start_bluetoothd: start bluetoothd with the bench config, log appended to $BLUETOOTHD_LOG
+# (mirrored to $BL_BENCH_OUT/bluetoothd.log); waits (bounded) until it owns org.bluez.
 start_bluetoothd() {
-    local log=$BL_BENCH_OUT/bluetoothd.log pid i debug=(-d) level=debug
-    # -d: debug log, unless BL_BENCH_BLUETOOTHD_DEBUG=0 (benchmarks: every line is a write to
-    # the host over 9p, two per ATT PDU, and that alone held the link to a third of its rate).
+    local log=$BLUETOOTHD_LOG pid i debug=(-d) level=debug
+    # -d: debug log, unless BL_BENCH_BLUETOOTHD_DEBUG=0 (benchmarks: a production bluetoothd's
+    # setting; the debug log costs CPU time even on tmpfs).
+    mkdir -p "$BENCH_LOGS"
     [ "${BL_BENCH_BLUETOOTHD_DEBUG:-1}" != 0 ] || { debug=(); level="no debug log"; }
     mkdir -p "$BENCH_RUN"
     printf '=== blbench: bluetoothd starting at %s (uptime %s, %s) ===\n' \

@@ -665,17 +665,25 @@ def peripheral(bench, adapter, service_uuid, chrc_uuid, local_name="blbench"):
 # Logs
 
 
+def bluetoothd_log_path():
+    """The bench's bluetoothd log as it is written (guest-init mirrors it to BL_BENCH_OUT)."""
+    path = os.environ.get("BL_BENCH_BLUETOOTHD_LOG")
+    if path:
+        return path
+    return os.path.join(os.environ["BL_BENCH_OUT"], "bluetoothd.log")
+
+
 def bluetoothd_log_size():
     """Current size of the bench's bluetoothd log (to read what a test caused)."""
     try:
-        return os.path.getsize(os.path.join(os.environ["BL_BENCH_OUT"], "bluetoothd.log"))
+        return os.path.getsize(bluetoothd_log_path())
     except (KeyError, OSError):
         return 0
 
 
 def bluetoothd_log_since(offset):
     try:
-        with open(os.path.join(os.environ["BL_BENCH_OUT"], "bluetoothd.log"), "rb") as f:
+        with open(bluetoothd_log_path(), "rb") as f:
             f.seek(offset)
             return f.read().decode("utf-8", "replace")
     except (KeyError, OSError):

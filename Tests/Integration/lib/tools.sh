@@ -7,6 +7,8 @@ export PATH=$BL_BIN:$PATH
 LIB=$PWD/Tests/Integration/lib
 PY=/usr/bin/python3
 WORK=$(mktemp -d /tmp/bltest.XXXXXX)
+# bluetoothd's log on the bench, as it is written (guest-init mirrors it to BL_BENCH_OUT).
+BLUETOOTHD_LOG=${BL_BENCH_BLUETOOTHD_LOG:-${BL_BENCH_OUT:-/nonexistent}/bluetoothd.log}
 _pids=()
 
 cleanup() {
