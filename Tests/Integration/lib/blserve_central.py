@@ -4,7 +4,7 @@ python; blserve_client.run_central() wraps it.
 
 Each central gets its own process because bleak's object cache, once created, can miss the
 Connected/ServicesResolved changes of a later connection on this bench (bluez-notes §9.5): a
-process whose first bleak call comes after the link is up (blserve_connect.py) always works.
+process whose first bleak call comes after the link is up (blserve_client.link()) always works.
 
 Operations:
   {"op": "request", "code": "T", "body": "<hex>", "timeout": 30} -> {"code": "T", "body": "<hex>", "took": s}

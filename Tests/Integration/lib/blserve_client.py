@@ -16,6 +16,7 @@ import asyncio
 import fcntl
 import hashlib
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -202,25 +203,143 @@ class Blserve:
 # The seed client
 
 
+class _Bluez:
+    """A few calls to bluetoothd over dbus-fast (which bleak is built on), for linking a central
+    before bleak sees it; every call and wait is bounded."""
+
+    def __init__(self, bus):
+        self.bus = bus
+
+    async def call(self, path, interface, member, signature="", body=(), timeout=15):
+        from dbus_fast import Message, MessageType
+        reply = await asyncio.wait_for(self.bus.call(Message(
+            destination="org.bluez", path=path, interface=interface, member=member,
+            signature=signature, body=list(body))), timeout)
+        if reply.message_type == MessageType.ERROR:
+            raise _BluezError(reply.error_name, "%s.%s on %s: %s: %s" % (
+                interface, member, path, reply.error_name, reply.body[0] if reply.body else ""))
+        return reply.body
+
+    async def prop(self, path, interface, name):
+        """A property's value, or None if the object or property does not exist (yet)."""
+        try:
+            (value,) = await self.call(path, "org.freedesktop.DBus.Properties", "Get", "ss", (interface, name))
+        except _BluezError as exc:
+            if exc.name in ("org.freedesktop.DBus.Error.UnknownObject", "org.freedesktop.DBus.Error.UnknownMethod",
+                            "org.freedesktop.DBus.Error.InvalidArgs"):
+                return None
+            raise
+        return value.value
+
+    async def wait(self, predicate, timeout, what):
+        deadline = time.monotonic() + timeout
+        while True:
+            result = await predicate()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                fail("timed out after %s s waiting for %s" % (timeout, what))
+            await asyncio.sleep(0.1)
+
+
+class _BluezError(Exception):
+    def __init__(self, name, message):
+        super().__init__(message)
+        self.name = name
+
+
+async def link(adapter, address, service, char, timeout=60):
+    """Connect `adapter` to the peripheral `address` the way bench.py does (forget it, scan for
+    `service`, Connect, then poll Connected, ServicesResolved and the characteristic `char`),
+    and return the device's object path. Why not bleak's own connect: bleak waits for the
+    ServicesResolved *signal*, which bluetoothd on this bench does not always send (bluez-notes
+    §9.5); every bleak connection to blserve in the first bench runs timed out that way. bleak
+    then attaches to the connected device (Connect on a connected device returns at once)."""
+    from dbus_fast import BusType, Variant
+    from dbus_fast.aio import MessageBus
+    bus = await asyncio.wait_for(MessageBus(bus_type=BusType.SYSTEM).connect(), 15)
+    try:
+        z = _Bluez(bus)
+        adapter_path = "/org/bluez/" + adapter
+        path = "%s/dev_%s" % (adapter_path, address.upper().replace(":", "_"))
+        device = "org.bluez.Device1"
+        try:
+            await z.call(adapter_path, "org.bluez.Adapter1", "RemoveDevice", "o", (path,))
+        except _BluezError as exc:
+            if exc.name not in ("org.bluez.Error.DoesNotExist", "org.freedesktop.DBus.Error.UnknownObject",
+                                "org.bluez.Error.InvalidArguments"):
+                raise
+
+        async def gone():
+            return await z.prop(path, device, "Address") is None
+        await z.wait(gone, 10, "%s to be removed from %s" % (address, adapter))
+        await z.call(adapter_path, "org.bluez.Adapter1", "SetDiscoveryFilter", "a{sv}",
+                     ({"Transport": Variant("s", "le"), "UUIDs": Variant("as", [service])},))
+        await z.call(adapter_path, "org.bluez.Adapter1", "StartDiscovery")
+        try:
+            async def seen():
+                return service.lower() in [u.lower() for u in (await z.prop(path, device, "UUIDs") or [])]
+            await z.wait(seen, 30, "%s to see %s advertising %s" % (adapter, address, service))
+        finally:
+            try:
+                await z.call(adapter_path, "org.bluez.Adapter1", "StopDiscovery")
+            except _BluezError as exc:
+                log("StopDiscovery on %s: %s" % (adapter, exc))
+        found = time.monotonic()
+        # Centrals started together connect to one advertiser at once; one attempt then often
+        # fails ("le-connection-abort-by-local" after the kernel's "Connection refused"), and the
+        # next succeeds (blsend retries likewise). The python3-dbus helper this replaced
+        # started slowly enough to spread them out.
+        for attempt in range(1, 5):
+            try:
+                await z.call(path, device, "Connect", timeout=timeout)
+                break
+            except _BluezError as exc:
+                if attempt == 4 or exc.name != "org.bluez.Error.Failed" or not any(
+                        text in str(exc) for text in ("abort-by-local", "in progress", "failed to be established")):
+                    raise
+                log("%s: Connect attempt %d: %s; trying again" % (adapter, attempt, exc))
+                await asyncio.sleep(random.uniform(0.5, 1.5))
+        for name in ("Connected", "ServicesResolved"):
+            async def true(name=name):
+                return await z.prop(path, device, name)
+            await z.wait(true, timeout, "%s of %s on %s" % (name, address, adapter))
+
+        async def characteristic():
+            (objects,) = await z.call("/", "org.freedesktop.DBus.ObjectManager", "GetManagedObjects")
+            for chrc_path, interfaces in objects.items():
+                chrc = interfaces.get("org.bluez.GattCharacteristic1")
+                if not chrc_path.startswith(path + "/") or chrc is None or chrc["UUID"].value.lower() != char.lower():
+                    continue
+                owner = objects.get(chrc["Service"].value, {}).get("org.bluez.GattService1", {})
+                if "UUID" in owner and owner["UUID"].value.lower() == service.lower():
+                    return True
+            return False
+        await z.wait(characteristic, 20, "characteristic %s of service %s under %s" % (char, service, path))
+        return path, found
+    finally:
+        bus.disconnect()
+
+
 async def connect_bleak(adapter, address, service, char, timeout=60):
-    """A connected BleakClient for `address` on `adapter` (see blserve_connect.py for why the
-    link is made with python3-dbus first)."""
+    """A connected BleakClient for `address` on `adapter`, linked first by link()."""
+    started = time.monotonic()
     from bleak import BleakClient
     from bleak.backends.device import BLEDevice
-    proc = await asyncio.create_subprocess_exec("/usr/bin/python3", os.path.join(HERE, "blserve_connect.py"),
-                                                adapter, address, service, char,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout + 60)
-    except asyncio.TimeoutError:
-        proc.kill()
-        fail("connecting %s to %s took too long" % (adapter, address))
-    if proc.returncode != 0:
-        fail("%s could not connect to %s: %s" % (adapter, address, err.decode(errors="replace")[-2000:]))
-    path = out.decode().strip().splitlines()[-1]
+    imported = time.monotonic()
+    path, found = await asyncio.wait_for(link(adapter, address, service, char, timeout), timeout + 60)
+    linked = time.monotonic()
+    # bleak's object cache (one per process: a D-Bus connection and GetManagedObjects), timed
+    # apart from the connect that uses it.
+    from bleak.backends.bluezdbus.manager import get_global_bluez_manager
+    await asyncio.wait_for(get_global_bluez_manager(), 30)
+    cached = time.monotonic()
     client = BleakClient(BLEDevice(address, None, {"path": path, "props": None}), timeout=timeout,
                          bluez={"adapter": adapter})
     await asyncio.wait_for(client.connect(), timeout + 5)
+    log("%s: bleak imported in %.1f s, found the peripheral in %.1f s, linked in %.1f s, bleak's cache %.1f s, "
+        "bleak attached in %.1f s" % (adapter, imported - started, found - imported, linked - found,
+                                      cached - linked, time.monotonic() - cached))
     return client
 
 
