@@ -62,7 +62,7 @@ BENCH_ENV = env BL_BIN=$(CURDIR)/.build/bin
 # bounded at 200 s each. BENCH_DEADLINE (seconds since the epoch; .ci/run sets it to its own
 # start + 45 minutes) shortens the VM's time so that a whole run, build, unit tests and the
 # bench's first setup included, ends by then even when the suite hangs.
-BENCH_TIMEOUT ?= 2250
+BENCH_TIMEOUT ?= 2400
 BENCH_DEADLINE ?=
 
 check: test build
