@@ -3,11 +3,9 @@
 ADDRESS (forgetting it first, then scanning for SERVICE_UUID) with python3-dbus, and wait until
 its services are resolved and CHAR_UUID is listed; print the device's object path.
 
-Why: bleak waits for the ServicesResolved *signal*, which bluetoothd on this bench does not
-always send (bluez-notes §9.5); every bleak connection to blserve in the first bench runs timed
-out that way. bench.py reads the property instead. bleak then attaches to the connected device
-(BlueZ's Connect on a connected device returns at once, and bleak's object cache already shows
-the services resolved)."""
+Test 62 uses it to make a link that blsend then finds up. The bleak centrals link the same way
+inside their own process (blserve_client.link(), over dbus-fast): a process of this kind costs
+seconds of the emulated CPU to start."""
 import os
 import sys
 
