@@ -63,6 +63,26 @@ def ensure_bleak():
     os.execv(python, [python] + sys.argv)
 
 
+class quiet_logs:
+    """`with quiet_logs("what"):` bluetoothd's debug log and btmon's capture paused for the
+    span of a bulk transfer (scripts/bench/bulk-logs; BL_BENCH_QUIET_BULK=0 leaves them on)."""
+
+    def __init__(self, reason):
+        self.reason = reason
+        self.tool = os.path.join(PROJECT, "scripts", "bench", "bulk-logs")
+        self.quiet = False
+
+    def __enter__(self):
+        if os.environ.get("BL_BENCH_QUIET_BULK", "1") != "0":
+            self.quiet = subprocess.run([self.tool, "quiet", self.reason]).returncode == 0
+        return self
+
+    def __exit__(self, *_exc):
+        if self.quiet:
+            subprocess.run([self.tool, "loud"])
+        return False
+
+
 def env_adapter(letter):
     name = os.environ.get("BL_ADAPTER_" + letter)
     addr = os.environ.get("BL_ADDR_" + letter)

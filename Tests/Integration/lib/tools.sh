@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 BL_BIN=${BL_BIN:-$PWD/.build/debug}
 export PATH=$BL_BIN:$PATH
+ROOT=$PWD
 LIB=$PWD/Tests/Integration/lib
 PY=/usr/bin/python3
 WORK=$(mktemp -d /tmp/bltest.XXXXXX)
@@ -11,15 +12,38 @@ WORK=$(mktemp -d /tmp/bltest.XXXXXX)
 BLUETOOTHD_LOG=${BL_BENCH_BLUETOOTHD_LOG:-${BL_BENCH_OUT:-/nonexistent}/bluetoothd.log}
 _pids=()
 
+# nap SECONDS: sleep without starting a process (a read that times out on a FIFO nobody
+# writes). Under TCG every exec costs the emulated CPUs about 0.15 s, so a loop polling with
+# `sleep 0.1` and grep kept one of the two busy, slowing down what it waited for.
+mkfifo "$WORK/.nap"
+exec {_nap_fd}<>"$WORK/.nap"
+nap() { read -r -t "$1" -u "$_nap_fd" _ || true; }
+
+# file_has FILE PATTERN: FILE's text matches *PATTERN* (a bash pattern; the text starts with a
+# newline, so $'\n'WORD finds WORD at the start of a line). Read by bash itself: no process.
+file_has() {
+    local text
+    [[ -f $1 ]] || return 1
+    text=$'\n'$(<"$1")
+    # shellcheck disable=SC2053 # a pattern on purpose
+    [[ $text == *$2* ]]
+}
+
 cleanup() {
     local pid
+    loud_logs
     for pid in "${_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-log() { printf '[%s] %s\n' "$(date +%T.%3N)" "$*"; }
+# (The clock read by bash itself, $EPOCHREALTIME: a `date` per line cost an exec, see nap.)
+log() {
+    local t=${EPOCHREALTIME/,/.} frac
+    frac=${t#*.}
+    printf '[%(%T)T.%s] %s\n' "${t%.*}" "${frac:0:3}" "$*"
+}
 fail() { log "FAILED: $*"; exit 1; }
 check() { # CONDITION-COMMAND... ; message in $MSG
     "$@" || fail "${MSG:-check failed: $*}"
@@ -33,9 +57,9 @@ start_peripheral() {
     _pids+=($!)
     PERIPHERAL_PID=$!
     for _ in $(seq 300); do
-        grep -q '^ready' "$out" && { log "peripheral $mode ready on $2"; return 0; }
+        file_has "$out" $'\n'ready && { log "peripheral $mode ready on $2"; return 0; }
         kill -0 "$PERIPHERAL_PID" 2>/dev/null || { cat "$out"; fail "peripheral $mode exited"; }
-        sleep 0.1
+        nap 0.1
     done
     cat "$out"
     fail "peripheral $mode not ready within 30 s"
@@ -54,8 +78,8 @@ background() {
 start_blserve() {
     background blserve -v "$@" 2>"$WORK/blserve.log"
     SERVER=$BG_PID
-    for _ in $(seq 300); do grep -q 'registered on' "$WORK/blserve.log" && break; sleep 0.1; done
-    grep -q 'registered on' "$WORK/blserve.log" || { cat "$WORK/blserve.log"; fail "blserve did not register"; }
+    for _ in $(seq 300); do file_has "$WORK/blserve.log" 'registered on' && break; nap 0.1; done
+    file_has "$WORK/blserve.log" 'registered on' || { cat "$WORK/blserve.log"; fail "blserve did not register"; }
     trap 'echo "---- blserve log (last 40 lines)"; tail -n 40 "$WORK/blserve.log"; cleanup' EXIT
 }
 
@@ -69,7 +93,7 @@ wait_subscribed() {
 # notify_holder.py) in the background, waiting (at most 30 s) until it is.
 hold_notify() {
     background $PY "$LIB/notify_holder.py" "$@" >"$WORK/holder.log" 2>&1
-    for _ in $(seq 300); do grep -q '^subscribed' "$WORK/holder.log" && return 0; sleep 0.1; done
+    for _ in $(seq 300); do file_has "$WORK/holder.log" $'\n'subscribed && return 0; nap 0.1; done
     fail "the StartNotify client did not subscribe: $(cat "$WORK/holder.log")"
 }
 
@@ -106,8 +130,24 @@ power() {
         "variant:boolean:$value" >/dev/null
 }
 
+# quiet_logs REASON ... loud_logs: bluetoothd's debug log and btmon's capture paused for the
+# span of a bulk transfer (scripts/bench/bulk-logs; the test's exit resumes them too).
+# BL_BENCH_QUIET_BULK=0 leaves them on.
+_quiet=
+quiet_logs() {
+    [[ ${BL_BENCH_QUIET_BULK:-1} != 0 ]] || return 0
+    "$ROOT/scripts/bench/bulk-logs" quiet "$*" && _quiet=1
+}
+loud_logs() {
+    [[ -z $_quiet ]] || "$ROOT/scripts/bench/bulk-logs" loud || true
+    _quiet=
+}
+
 # elapsed_since START_NS
-elapsed_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+elapsed_since() {
+    local t=${EPOCHREALTIME/,/.}
+    echo $(( (${t%.*}${t#*.}000 - $1) / 1000000 ))
+}
 
 RASPBLE_SERVICE=54f06857-695e-47e4-aea8-c78184ad6c75
 RASPBLE_CHAR=30a5f1bb-61dc-45f0-9c52-2218d080fa77
