@@ -15,11 +15,32 @@ prefix = "/org/bluez/%s/dev_%s/" % (adapter, address.replace(":", "_"))
 bus = dbus.SystemBus()
 manager = dbus.Interface(bus.get_object("org.bluez", "/"), "org.freedesktop.DBus.ObjectManager")
 deadline = time.monotonic() + timeout
-while time.monotonic() < deadline:
+
+
+def find_characteristic():
     for path, interfaces in manager.GetManagedObjects().items():
         chrc = interfaces.get("org.bluez.GattCharacteristic1")
         if path.startswith(prefix) and chrc and str(chrc.get("UUID", "")).lower() == uuid:
-            if chrc.get("NotifyAcquired", False) or chrc.get("Notifying", False):
-                sys.exit(0)
+            return path
+    return None
+
+
+# The whole object tree only until the characteristic is there (bluetoothd builds all of it for
+# every call, which under TCG costs what a poll should not); then its own properties.
+path = None
+while time.monotonic() < deadline:
+    if path is None:
+        path = find_characteristic()
+        if path is None:
+            time.sleep(0.25)
+            continue
+    try:
+        props = dbus.Interface(bus.get_object("org.bluez", path), "org.freedesktop.DBus.Properties") \
+            .GetAll("org.bluez.GattCharacteristic1")
+    except dbus.DBusException:
+        path = None  # gone (disconnected, or its services resolved again): look it up again
+        continue
+    if props.get("NotifyAcquired", False) or props.get("Notifying", False):
+        sys.exit(0)
     time.sleep(0.1)
 sys.exit(1)
