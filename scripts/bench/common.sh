@@ -53,6 +53,8 @@ BENCH_RUN=/run/blbench
 BENCH_LOGS=$BENCH_RUN/logs
 BLUETOOTHD_LOG=$BENCH_LOGS/bluetoothd.log
 MIRRORED_LOGS=(bluetoothd.log btmon.btsnoop)
+# Present while a test has paused the logs for a bulk transfer (scripts/bench/bulk-logs).
+QUIET_LOGS_STATE=$BENCH_RUN/logs-quiet
 
 # mirror_logs: appends to each log in $BL_BENCH_OUT what its live copy in $BENCH_LOGS has
 # beyond it (the live logs only grow). Run by one process at a time: guest-init's mirror loop,

@@ -13,6 +13,7 @@ The seed client (seed-protocol.md, 000 client):
 """
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -63,24 +64,16 @@ def ensure_bleak():
     os.execv(python, [python] + sys.argv)
 
 
-class quiet_logs:
-    """`with quiet_logs("what"):` bluetoothd's debug log and btmon's capture paused for the
-    span of a bulk transfer (scripts/bench/bulk-logs; BL_BENCH_QUIET_BULK=0 leaves them on)."""
-
-    def __init__(self, reason):
-        self.reason = reason
-        self.tool = os.path.join(PROJECT, "scripts", "bench", "bulk-logs")
-        self.quiet = False
-
-    def __enter__(self):
-        if os.environ.get("BL_BENCH_QUIET_BULK", "1") != "0":
-            self.quiet = subprocess.run([self.tool, "quiet", self.reason]).returncode == 0
-        return self
-
-    def __exit__(self, *_exc):
-        if self.quiet:
-            subprocess.run([self.tool, "loud"])
-        return False
+@contextlib.contextmanager
+def quiet_logs(reason):
+    """`with quiet_logs("what"):` btmon and most of bluetoothd's debug log paused for the span
+    of a bulk transfer (scripts/bench/bulk-logs, which also decides whether to)."""
+    tool = os.path.join(PROJECT, "scripts", "bench", "bulk-logs")
+    subprocess.run([tool, "quiet", reason])
+    try:
+        yield
+    finally:
+        subprocess.run([tool, "loud"])
 
 
 def env_adapter(letter):

@@ -130,12 +130,11 @@ power() {
         "variant:boolean:$value" >/dev/null
 }
 
-# quiet_logs REASON ... loud_logs: bluetoothd's debug log and btmon's capture paused for the
-# span of a bulk transfer (scripts/bench/bulk-logs; the test's exit resumes them too).
-# BL_BENCH_QUIET_BULK=0 leaves them on.
+# quiet_logs REASON ... loud_logs: btmon and most of bluetoothd's debug log paused for the
+# span of a bulk transfer (scripts/bench/bulk-logs; the test's exit resumes them too). _quiet
+# spares every other test's exit a bulk-logs process.
 _quiet=
 quiet_logs() {
-    [[ ${BL_BENCH_QUIET_BULK:-1} != 0 ]] || return 0
     "$ROOT/scripts/bench/bulk-logs" quiet "$*" && _quiet=1
 }
 loud_logs() {
