@@ -109,12 +109,16 @@ forget() {
     bluez_call "/org/bluez/$1" org.bluez.Adapter1.RemoveDevice "objpath:/org/bluez/$1/dev_${2//:/_}" >/dev/null 2>&1 || true
 }
 
+# bluez_true PATH INTERFACE PROPERTY: true when bluetoothd says the boolean is true.
+bluez_true() {
+    local reply
+    reply=$(bluez_call "$1" org.freedesktop.DBus.Properties.Get "string:$2" "string:$3" 2>/dev/null) || return 1
+    [[ $reply == *"boolean true"* ]]
+}
+
 # link ADAPTER ADDRESS: "yes" when bluetoothd says ADAPTER is connected to ADDRESS, else "no".
 link() {
-    local reply
-    reply=$(bluez_call "/org/bluez/$1/dev_${2//:/_}" org.freedesktop.DBus.Properties.Get \
-        string:org.bluez.Device1 string:Connected 2>/dev/null) || reply=
-    if [[ $reply == *"boolean true"* ]]; then echo yes; else echo no; fi
+    if bluez_true "/org/bluez/$1/dev_${2//:/_}" org.bluez.Device1 Connected; then echo yes; else echo no; fi
 }
 
 # disconnect ADAPTER ADDRESS: Device1.Disconnect (the link drops, whoever uses it; errors ignored).
