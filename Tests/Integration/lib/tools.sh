@@ -56,7 +56,7 @@ start_peripheral() {
     $PY "$LIB/seed_peripheral.py" "$@" >"$out" 2>&1 &
     _pids+=($!)
     PERIPHERAL_PID=$!
-    for _ in $(seq 300); do
+    for _ in {1..300}; do
         file_has "$out" $'\n'ready && { log "peripheral $mode ready on $2"; return 0; }
         kill -0 "$PERIPHERAL_PID" 2>/dev/null || { cat "$out"; fail "peripheral $mode exited"; }
         nap 0.1
@@ -78,7 +78,7 @@ background() {
 start_blserve() {
     background blserve -v "$@" 2>"$WORK/blserve.log"
     SERVER=$BG_PID
-    for _ in $(seq 300); do file_has "$WORK/blserve.log" 'registered on' && break; nap 0.1; done
+    for _ in {1..300}; do file_has "$WORK/blserve.log" 'registered on' && break; nap 0.1; done
     file_has "$WORK/blserve.log" 'registered on' || { cat "$WORK/blserve.log"; fail "blserve did not register"; }
     trap 'echo "---- blserve log (last 40 lines)"; tail -n 40 "$WORK/blserve.log"; cleanup' EXIT
 }
@@ -93,7 +93,7 @@ wait_subscribed() {
 # notify_holder.py) in the background, waiting (at most 30 s) until it is.
 hold_notify() {
     background $PY "$LIB/notify_holder.py" "$@" >"$WORK/holder.log" 2>&1
-    for _ in $(seq 300); do file_has "$WORK/holder.log" $'\n'subscribed && return 0; nap 0.1; done
+    for _ in {1..300}; do file_has "$WORK/holder.log" $'\n'subscribed && return 0; nap 0.1; done
     fail "the StartNotify client did not subscribe: $(cat "$WORK/holder.log")"
 }
 
