@@ -44,7 +44,8 @@ Tool.run(spec) { options in
     if options.has("decode") {
         try options.refuse(["code", "exact", "lines"], "is for encoding; it cannot be used with -d")
         if options.has("json") { try options.refuse(["raw"], "cannot be used with --json: JSON strings carry bodies exactly") }
-        try Decoder(options: options).run()
+        var decoder = try Decoder(options: options)
+        try decoder.run()
     } else {
         try options.refuse(["raw", "images", "json", "resync"], "is for decoding; use it with -d")
         if options.has("lines") { try options.refuse(["exact"], "cannot be used with --lines: each line is framed without its newline") }
