@@ -83,7 +83,7 @@ struct Decoder {
         try flush()
     }
 
-    mutating private func handle(_ event: FrameDecoder.Event) throws {
+    private mutating func handle(_ event: FrameDecoder.Event) throws {
         switch event {
         case .frameStart(let header):
             self.header = header
@@ -99,7 +99,7 @@ struct Decoder {
         }
     }
 
-    mutating private func begin(_ header: FrameHeader) throws {
+    private mutating func begin(_ header: FrameHeader) throws {
         switch header.code {
         case .text, .url:
             textOpen = true
@@ -123,7 +123,7 @@ struct Decoder {
         }
     }
 
-    mutating private func body(_ piece: UnsafeRawBufferPointer) throws {
+    private mutating func body(_ piece: UnsafeRawBufferPointer) throws {
         switch header.code {
         case .text, .url:
             if json {
@@ -145,7 +145,7 @@ struct Decoder {
         }
     }
 
-    mutating private func end() throws {
+    private mutating func end() throws {
         switch header.code {
         case .text, .url:
             textOpen = false
@@ -175,7 +175,7 @@ struct Decoder {
     static func bytes(_ count: Int) -> String { count == 1 ? "1 byte" : "\(count) bytes" }
 
     /// Ends the open text object: `"}` or, for a frame the input cut short, `","truncated":true}`.
-    mutating private func closeJSONText(truncated: Bool) throws {
+    private mutating func closeJSONText(truncated: Bool) throws {
         var failure: Errno?
         escaper.finish { run in
             do throws(Errno) { try out.write(run) } catch { failure = error }
