@@ -114,6 +114,7 @@ public final class Peripheral {
         }
         application.acceptCall = fromBluetoothd
         agent?.acceptCall = fromBluetoothd
+        advertisement?.acceptCall = fromBluetoothd
         // bluetoothd dropped the advertisement by itself (its adapter's advertising manager went,
         // or the kernel removed the instance): register again, or centrals no longer find us.
         advertisement?.onRelease = { [weak self] in self?.advertisementReleased() }

@@ -119,19 +119,26 @@ final class FrameMode: ServeMode {
 
     func read(_ options: GattRequestOptions, _ call: IncomingCall) {
         let device = options.device!
+        // Only a read from the start of the value (offset 0) is a step in a chain of reads: a
+        // piece always fits one ATT response, so a central following the protocol never reads
+        // at an offset, and one that repeats such reads must not keep every doorbell waiting.
+        let fromStart = options.offset == 0
         guard let c = centrals[device] else {
             call.reply(.bytes([]))
-            readChains.read(by: device, gotNothing: options.offset == 0)
-            if doorbellWaiting { ringIfClear() }
+            if fromStart {
+                readChains.read(by: device, gotNothing: true)
+                if doorbellWaiting { ringIfClear() }
+            }
             return
         }
         switch c.replies.read(offset: options.offset, mtu: options.mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
-            readChains.read(by: device, gotNothing: piece.isEmpty && options.offset == 0)
+            guard fromStart else { return }
+            readChains.read(by: device, gotNothing: piece.isEmpty)
             // A chain of reads that has ended may let a waiting doorbell ring.
             if piece.isEmpty && doorbellWaiting { ringIfClear() }
-            if !piece.isEmpty, options.offset == 0 { dispatchWaiting(c) }
+            if !piece.isEmpty { dispatchWaiting(c) }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }

@@ -280,6 +280,20 @@ final class ServerBusTests: XCTestCase {
         }
     }
 
+    /// bluetoothd's own call to `Release` is taken (the advertisement is registered again, see
+    /// above); another process calling it is refused and changes nothing.
+    func testOnlyBluetoothdMayReleaseTheAdvertisement() throws {
+        try start(["cat"])
+        let other = try DBusConnection(address: bus.address, loop: loop)
+        XCTAssertThrowsError(try other.callAndWait(destination: connection.uniqueName, path: "/org/blpipe/blserve_advertisement",
+                                                   interface: BlueZ.advertisementInterface, member: "Release", timeout: 5)) { error in
+            XCTAssertEqual((error as? DBusError)?.name, "org.bluez.Error.NotPermitted")
+        }
+        settle(0.3)
+        XCTAssertEqual(server.peripheral.advertisementsReleased, 0)
+        XCTAssertEqual(server.peripheral.advertisementsRenewed, 0)
+    }
+
     // MARK: - Frame mode
 
     func testReplyIsQueuedForTheAskerAndAnnouncedWithADoorbell() throws {
@@ -411,6 +425,34 @@ final class ServerBusTests: XCTestCase {
         XCTAssertGreaterThan(waited, 1.5)
         XCTAssertLessThan(waited, 3.5)
         XCTAssertEqual(reply(for: b), "T0000001b")
+    }
+
+    /// Reads at an offset (ATT Read Blob) are no step in a chain of reads: a central repeating
+    /// them (a piece always fits one read, so the protocol never needs one) does not keep
+    /// another central's doorbell waiting.
+    func testReadsAtAnOffsetDoNotHoldTheDoorbell() throws {
+        try start(["cat"])
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        ok(bluez.write(frame("T", "one"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        XCTAssertEqual(try bluez.read(from: b).get(), [])
+        XCTAssertEqual(bluez.readAll(from: a).count, 11)
+        // B, which has written nothing, reads at an offset again and again.
+        let written = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "two"), from: a))
+        var rangAfter: Double?
+        for _ in 0..<15 {
+            _ = bluez.read(from: b, offset: 1)
+            if bluez.notifications.count == 2 {
+                rangAfter = MonotonicClock.seconds() - written
+                break
+            }
+            settle(0.2)
+        }
+        XCTAssertNotNil(rangAfter, "the doorbell was held back for 3 s by reads at an offset")
+        XCTAssertLessThan(rangAfter ?? 99, 1.5)
+        XCTAssertEqual(reply(for: a), "T0000003two")
     }
 
     func testEachCentralIsReassembledSeparately() throws {
