@@ -192,11 +192,6 @@ public final class BlueZClient {
     }
 }
 
-/// "10" or "2.5".
-public func formatSeconds(_ seconds: Double) -> String {
-    seconds == seconds.rounded() && seconds < 1e9 ? String(Int(seconds)) : String(seconds)
-}
-
 extension BlueZClient {
     /// What a central tool runs in: an event loop that also carries the diagnostics, a client of
     /// bluetoothd, and SIGINT/SIGTERM watched. After a signal, `body`'s failure is exit 130.

@@ -104,13 +104,17 @@ public enum Tool {
         Glibc.exit(code.rawValue)
     }
 
-    /// Parses the command line with `spec`, handles `--help` and `--version`, runs `body` and
+    /// Ignores SIGPIPE (``Signals/ignoreSIGPIPE()``; children get it back at its default),
+    /// parses the command line with `spec`, handles `--help` and `--version`, runs `body` and
     /// turns thrown errors into one stderr line and an exit status:
     /// `UsageError` → 64 with a hint to `--help`, `ToolError` → its code, anything else → 70.
     public static func run(_ spec: CommandSpec, arguments: [String]? = nil,
                            _ body: (ParsedOptions) throws -> Void) -> Never {
         name = spec.name
         Signals.recordInheritedDispositions()
+        // A reader that went away (`| head`) makes a write fail with EPIPE, which every tool
+        // takes as a clean end (--help and --version too), instead of killing the process.
+        Signals.ignoreSIGPIPE()
         reserveStandardDescriptors()
         let arguments = arguments ?? commandLineArguments()
         let options: ParsedOptions
@@ -233,4 +237,9 @@ extension CommandSpec {
         if !epilog.isEmpty { text += "\n" + epilog + (epilog.hasSuffix("\n") ? "" : "\n") }
         return text
     }
+}
+
+/// "10" or "2.5".
+public func formatSeconds(_ seconds: Double) -> String {
+    seconds == seconds.rounded() && seconds < 1e9 ? String(Int(seconds)) : String(seconds)
 }

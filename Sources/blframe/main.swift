@@ -37,7 +37,6 @@ let spec = CommandSpec(
 )
 
 Tool.run(spec) { options in
-    Signals.ignoreSIGPIPE()
     if let operand = options.operands.first, operand != "-" {
         throw UsageError("blframe reads standard input only: '-' is the one operand it takes, not '\(operand)'")
     }

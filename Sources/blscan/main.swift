@@ -28,7 +28,6 @@ let spec = CommandSpec(
 )
 
 Tool.run(spec) { options in
-    Signals.ignoreSIGPIPE()
     var scan = Scan()
     scan.adapterName = try AdapterOption.value(options)
     if let text = options.string("service") {

@@ -33,7 +33,6 @@ let spec = CommandSpec(
 )
 
 Tool.run(spec) { options in
-    Signals.ignoreSIGPIPE()
     let target = try CentralTarget(options)
     var send = Send.Options()
     send.writeType = try options.choice("write").map { RemoteCharacteristic.WriteType(rawValue: $0)! }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import BLCommand
 import Foundation
 
@@ -60,12 +63,25 @@ public let packageRoot: URL = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
 /// Runs Tests/docs/check-tool-docs for `tool`: its man page and bash, zsh and fish completions
-/// must agree with its --help. Returns the script's output when it fails, nil when all agree.
+/// must agree with its --help. Also, `--help` and `--version` into a pipe whose reader has gone
+/// (`tool --help | true`) must end with 0, not be killed by SIGPIPE. Returns what is wrong, nil
+/// when nothing is.
 public func toolDocsProblems(_ tool: String) throws -> String? {
     let process = try Spawned(packageRoot.appendingPathComponent("Tests/docs/check-tool-docs").path,
                               [productsDirectory.path, tool], stdin: .inherit, stderr: .stdout)
     let text = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
-    return process.wait() == 0 ? nil : text
+    var problems = process.wait() == 0 ? [] : [text]
+    for option in ["--help", "--version"] {
+        let (readEnd, writeEnd) = try Spawned.pipe()
+        close(readEnd)
+        let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, [option], stdin: .inherit,
+                                stdout: .fd(writeEnd))
+        close(writeEnd)
+        let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
+        let status = child.wait()
+        if status != 0 { problems.append("\(tool) \(option) | true: exit \(status) \(said.debugDescription)") }
+    }
+    return problems.isEmpty ? nil : problems.joined(separator: "\n")
 }
 
 /// Runs `tool` with each of `argumentLists`: each must be a usage error, exit 64 with nothing on
