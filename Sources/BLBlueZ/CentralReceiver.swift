@@ -97,9 +97,6 @@ public final class NotificationReceiver {
 
     static let doorbell: [UInt8] = Array("N0000000".utf8)
     static let endOfMessage: [UInt8] = Array("EOM".utf8)
-    /// How long a reader may take nothing, once a signal has come, before what is held for it
-    /// is dropped.
-    static let drainAfterInterrupt = 1.0
 
     public init(characteristic: RemoteCharacteristic, options: Options, out: QueuedOutput) {
         self.characteristic = characteristic
@@ -482,10 +479,7 @@ public final class NotificationReceiver {
         var interrupted = false
         if case .failure(let failure) = result, failure.code == .interrupted { interrupted = true }
         do {
-            try out.drain(idleTimeout: interrupted ? Self.drainAfterInterrupt : nil)
-        } catch where error == .timedOut {
-            Tool.warn("standard output took nothing for \(formatSeconds(Self.drainAfterInterrupt)) s after the signal: "
-                      + "\(out.queuedCount) bytes received were not written")
+            try out.drainAtEnd(interrupted: interrupted, dropping: "bytes received")
         } catch {
             // What was received did not all reach stdout: that is not a success.
             if case .success = result, let failure = ToolError.stdout(error) { result = .failure(failure) }

@@ -120,6 +120,23 @@ public final class QueuedOutput {
         setWatch(idleEvents)
     }
 
+    /// How long a reader may take nothing, once a signal has ended the run, before what is
+    /// still queued for it is dropped (``drainAtEnd(interrupted:dropping:)``).
+    public static let drainAfterInterrupt = 1.0
+
+    /// Writes what is queued when a tool's run ends: what was accepted is not lost. After an
+    /// interrupt a reader that takes nothing for ``drainAfterInterrupt`` seconds is not waited
+    /// for any longer (the signal must end the tool): that is said on stderr, naming what was
+    /// dropped (`dropping`, e.g. "bytes received"), and is no error. Other failures are thrown.
+    public func drainAtEnd(interrupted: Bool, dropping: String) throws(Errno) {
+        do {
+            try drain(idleTimeout: interrupted ? Self.drainAfterInterrupt : nil)
+        } catch where error == .timedOut && interrupted {
+            Tool.warn("standard output took nothing for \(formatSeconds(Self.drainAfterInterrupt)) s after the signal: "
+                      + "\(queuedCount) \(dropping) were not written")
+        }
+    }
+
     /// Stops watching the descriptor and closes our own description of it (`fd` stays open).
     public func close() {
         if let watch { loop.remove(watch) }

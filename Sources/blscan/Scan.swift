@@ -97,11 +97,14 @@ struct Scan {
                 if let device = discovery.devices[path], matches(device) { emit(device) }
             }
         }
-        if interrupted.received == nil && failure == nil {
+        // What was found is written out, also when a signal or a failure ended the search
+        // (after a signal a reader that takes nothing for a second is not waited for).
+        if !readerGone {
             do {
-                try out.drain()
+                try out.drainAtEnd(interrupted: interrupted.received != nil, dropping: "bytes listing devices found")
             } catch {
-                outputFailed(error)
+                // After a signal the exit is 130 whatever became of the output.
+                if interrupted.received == nil { outputFailed(error) }
             }
         }
         if let failure { throw failure }

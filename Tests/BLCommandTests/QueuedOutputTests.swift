@@ -375,4 +375,24 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(got == payload, "got \(got.count) of \(payload.count) bytes")
     }
+
+    /// At the end of a run after a signal, a stalled reader is given a second: what it did not
+    /// take is dropped with a warning, and that is no error. Without a signal, a reader that has
+    /// gone is an error.
+    func testDrainAtEndGivesAStalledReaderASecondAfterASignal() throws {
+        let (r, w) = makeBlockingPipe()
+        defer { close(w) }
+        let loop = EventLoop()
+        let out = QueuedOutput(fd: w, loop: loop)
+        out.write(Self.pattern(700_000, seed: 9))
+        let started = MonotonicClock.seconds()
+        try out.drainAtEnd(interrupted: true, dropping: "test bytes")
+        let took = MonotonicClock.seconds() - started
+        XCTAssertGreaterThanOrEqual(took, QueuedOutput.drainAfterInterrupt)
+        XCTAssertLessThan(took, QueuedOutput.drainAfterInterrupt + 2)
+        XCTAssertGreaterThan(out.queuedCount, 0)
+        close(r)
+        XCTAssertThrowsError(try out.drainAtEnd(interrupted: false, dropping: "test bytes")) { XCTAssertEqual($0 as? Errno, .pipe) }
+        out.close()
+    }
 }
