@@ -25,15 +25,15 @@ let spec = CommandSpec(
       blrecv --nus --eom AA:BB:CC:DD:EE:FF > received.txt
       blrecv --service bf9cb85f-620c-4a67-bdd2-1a64213f74ca --char 5f83e23f-bca1-42b3-b6f2-ea82be46a93d --read my-ble
 
-    exit status: 0 success (also when stdout is closed, and when the device disconnects after
-    data unless --eom waits for EOM), 64 usage, 65 value refused by the device as invalid,
-    69 device or characteristic unavailable, 74 I/O error (with --eom: disconnected before EOM),
-    75 timeout, 77 not permitted (by the device or bluetoothd), 130 interrupted.
+    exit status: 0 success (also when the reader of stdout goes away, as with | head, and when
+    the device disconnects after data unless --eom waits for EOM), 64 usage, 65 value refused
+    by the device as invalid, 69 device or characteristic unavailable, 74 I/O error (with --eom:
+    disconnected before EOM), 75 timeout, 77 not permitted (by the device or bluetoothd),
+    130 interrupted.
     """
 )
 
 Tool.run(spec) { options in
-    Signals.ignoreSIGPIPE()
     let target = try CentralTarget(options)
     var receive = NotificationReceiver.Options()
     receive.pull = !options.has("no-pull")

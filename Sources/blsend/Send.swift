@@ -55,27 +55,7 @@ struct Send {
             let r = NotificationReceiver(characteristic: notifying, options: replyOptions, out: QueuedOutput(fd: 1, loop: loop))
             r.onFinish = { [unowned r] outcome in
                 replyOutcome = outcome
-                guard let writer else { return }
-                if case .failure(let error) = outcome {
-                    // Replies cannot be delivered any more (stdout failed, a pull read was
-                    // refused): what stdin still holds would be sent for nothing.
-                    if error.code != .interrupted { writer.fail(error) }
-                    return
-                }
-                switch r.ending {
-                case .count?, .output?:
-                    // --count replies came in answer to what was written, or the replies' reader
-                    // went away (`| head -1`): standard input not read yet is left unread (what
-                    // was read is still written), so that `cat | blsend --reply --count 1` ends
-                    // with its reply. Notifications that came before anything was written
-                    // answer nothing of ours: all of stdin still goes.
-                    if writer.hasBegun { writer.endInput() }
-                case .disconnected(let reason)?:
-                    // Replies came, but what stdin still holds cannot go now.
-                    writer.linkLost(reason)
-                default:
-                    break
-                }
+                if let writer { Self.repliesEnded(r, outcome, writer) }
             }
             try r.start()
             receiver = r
@@ -93,6 +73,8 @@ struct Send {
             receiver?.finish(.failure(ToolError.quiet(.interrupted)))
         }
         try w.start()
+        // The replies ended while the writer was being made (their reader was gone at once).
+        if let receiver, let replyOutcome { Self.repliesEnded(receiver, replyOutcome, w) }
         _ = loop.run(until: { sendOutcome != nil }, timeout: nil)
         if case .failure(let error) = sendOutcome ?? .failure(ToolError.quiet(.interrupted)) {
             // Replies already received still go out (finish writes what the output holds).
@@ -103,6 +85,32 @@ struct Send {
             _ = loop.run(until: { replyOutcome != nil }, timeout: nil)
             receiver.close()
             try (replyOutcome ?? .failure(ToolError.quiet(.interrupted))).get()
+        }
+    }
+
+    /// What the end of the replies means for the writing.
+    private static func repliesEnded(_ r: NotificationReceiver, _ outcome: Result<Void, ToolError>, _ writer: Writer) {
+        if case .failure(let error) = outcome {
+            // Replies cannot be delivered any more (stdout failed, a pull read was
+            // refused): what stdin still holds would be sent for nothing.
+            if error.code != .interrupted { writer.fail(error) }
+            return
+        }
+        switch r.ending {
+        case .output?:
+            // The replies' reader went away (`| head -1`): standard input not read yet is left
+            // unread (what was read is still written).
+            writer.endInput()
+        case .count?:
+            // --count replies came in answer to what was written: the same, so that
+            // `cat | blsend --reply --count 1` ends with its reply. Notifications that came
+            // before anything was written answer nothing of ours: all of stdin still goes.
+            if writer.hasBegun { writer.endInput() }
+        case .disconnected(let reason)?:
+            // Replies came, but what stdin still holds cannot go now.
+            writer.linkLost(reason)
+        default:
+            break
         }
     }
 
@@ -131,7 +139,8 @@ struct Send {
 final class Writer {
     let characteristic: RemoteCharacteristic
     let type: RemoteCharacteristic.WriteType
-    let eom: Bool
+    /// EOM goes after the input; not after input left unread (``endInput()``).
+    private(set) var eom: Bool
     var onFinish: ((Result<Void, ToolError>) -> Void)?
 
     private let loop: EventLoop
@@ -228,6 +237,11 @@ final class Writer {
     func endInput() {
         guard !finished, !inputEnded else { return }
         inputEnded = true
+        // EOM says "the message is complete", which it is not: the peer is not told so.
+        if eom {
+            eom = false
+            Tool.warn("standard input was not read to its end: no EOM is written")
+        }
         // A frame header whose rest will not be read now is left out, not sent cut short.
         if pending > 0 {
             let whole = cutter.nextWrite(UnsafeRawBufferPointer(rebasing: buffer[head..<end]),

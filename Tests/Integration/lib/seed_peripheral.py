@@ -125,11 +125,17 @@ def main():
         service_uuid = RASPBLE_SERVICE
         chrc = app.add_service(RASPBLE_SERVICE).add_characteristic(RASPBLE_CHAR, ("read", "write", "notify"))
         parsers, queues, pieces = {}, {}, {}
+        # BL_SEED000_WRITES=FILE: every value written is appended to FILE, one line each (hex).
+        writes_path = os.environ.get("BL_SEED000_WRITES")
+        writes = open(writes_path, "a") if writes_path else None
 
         def on_write(central, data, options):
             offset = int(options.get("offset", 0))
             if offset:
                 log("write at offset", offset, "from", central)
+            if writes:
+                writes.write(bytes(data).hex() + "\n")
+                writes.flush()
             for code, body in parsers.setdefault(central, FrameReassembler()).feed(data):
                 reply = seed000_reply(code, body)
                 if reply is not None:
