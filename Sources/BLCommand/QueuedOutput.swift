@@ -65,12 +65,8 @@ public final class QueuedOutput {
         // Idle: only an error (the reader went away) is of interest; files have none to report.
         idleEvents = path == .whole ? [] : .error
         watch = loop.watch(fd: fd, events: idleEvents) { [weak self] events in self?.ready(events) }
-        let mode = fcntl(fd, F_GETFL)
-        if mode < 0 || mode & O_ACCMODE == O_RDONLY {
-            // Not open for writing (or not open: a closed stdout is /dev/null opened read-only,
-            // see Tool.reserveStandardDescriptors): say so now, not at the first write.
-            fail(Errno(mode < 0 ? errno : EBADF))
-        }
+        // Not open for writing (or not open): say so now, not at the first write.
+        if let problem = FileIO.unwritable(fd) { fail(problem) }
     }
 
     deinit { close() }

@@ -97,6 +97,12 @@ public enum Tool {
         }
     }
 
+    /// Fails with 74 when standard output cannot be written at all (closed, or open read-only),
+    /// for a tool to call before it starts its work (a scan, a connection) rather than after.
+    public static func requireWritableStdout() throws(ToolError) {
+        if let problem = FileIO.unwritable(1), let failure = ToolError.stdout(problem) { throw failure }
+    }
+
     /// Writes a diagnostic line and exits with `code`.
     public static func exit(_ code: ExitCode, _ message: String) -> Never {
         warn(message)

@@ -44,5 +44,6 @@ Tool.run(spec) { options in
         try options.refuse(["count", "timeout", "eom", "no-pull", "buffer"], "is for notifications; it cannot be used with --read")
     }
     let buffer = try options.byteCount("buffer", in: 4096...(1 << 30)) ?? QueuedOutput.defaultLimit
+    try Tool.requireWritableStdout()
     try Receive(target: target, options: receive, readOnce: options.has("read"), buffer: buffer).run()
 }

@@ -49,5 +49,6 @@ Tool.run(spec) { options in
     scan.timeout = try options.seconds("timeout", in: 0...86_400) ?? 10
     scan.json = options.has("json")
     scan.first = options.has("first")
+    try Tool.requireWritableStdout()
     try scan.run()
 }

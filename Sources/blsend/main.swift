@@ -45,6 +45,7 @@ Tool.run(spec) { options in
         receive.count = try options.int("count", in: 1...Int.max)
         receive.silence = try options.seconds("timeout", in: 0.001...86_400) ?? 10
         send.reply = receive
+        try Tool.requireWritableStdout()
     } else if options.has("count") || options.has("timeout") {
         throw UsageError("--count and --timeout apply to replies; add --reply")
     }

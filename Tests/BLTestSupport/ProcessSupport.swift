@@ -105,3 +105,19 @@ public func noBusProblems(_ tool: String, _ arguments: [String]) throws -> Strin
     if result.status == 69 && result.stderr.hasPrefix("\(tool): cannot connect to the system bus") { return nil }
     return "exit \(result.status), stderr \(result.stderr.debugDescription)"
 }
+
+/// Runs `tool` with a standard output it cannot write (open read-only, as a closed one is) and
+/// no system bus: it must end with 74 about stdout before it tries the bus (which would be 69).
+/// Returns what differs, nil when nothing does.
+public func unwritableStdoutProblems(_ tool: String, _ arguments: [String]) throws -> String? {
+    let readOnly = open("/dev/null", O_RDONLY | O_CLOEXEC)
+    guard readOnly >= 0 else { return "cannot open /dev/null" }
+    defer { close(readOnly) }
+    let environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"]) { $1 }
+    let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments, environment: environment,
+                            stdin: .inherit, stdout: .fd(readOnly))
+    let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
+    let status = child.wait()
+    if status == 74 && said.hasPrefix("\(tool): stdout: ") && said.filter({ $0 == "\n" }).count == 1 { return nil }
+    return "exit \(status), stderr \(said.debugDescription)"
+}

@@ -40,4 +40,9 @@ final class BlscanTests: XCTestCase {
     func testNoBusIsUnavailable() throws {
         if let problems = try noBusProblems("blscan", ["--timeout", "1"]) { XCTFail(problems) }
     }
+
+    /// Output it cannot write is said (74) before anything else is tried.
+    func testUnwritableStdoutIsAnErrorAtOnce() throws {
+        if let problems = try unwritableStdoutProblems("blscan", ["--timeout", "1"]) { XCTFail(problems) }
+    }
 }

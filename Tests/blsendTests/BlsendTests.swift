@@ -20,4 +20,9 @@ final class BlsendTests: XCTestCase {
     func testNoBusIsUnavailable() throws {
         if let problems = try noBusProblems("blsend", ["AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }
     }
+
+    /// Output it cannot write is said (74) before anything else is tried.
+    func testUnwritableStdoutIsAnErrorAtOnce() throws {
+        if let problems = try unwritableStdoutProblems("blsend", ["--reply", "AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }
+    }
 }
