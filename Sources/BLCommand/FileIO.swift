@@ -144,9 +144,6 @@ public enum FileIO {
         try text.withUTF8 { utf8 in Result { () throws(Errno) in try writeAll(fd, UnsafeRawBufferPointer(utf8)) } }.get()
     }
 
-    /// A pipe whose ends are both close-on-exec from the start: (read end, write end).
-    ///
-    /// The corresponding C function is `pipe2(2)` with `O_CLOEXEC`.
     /// Why `fd` cannot be written at all: not open (EBADF and the like), or open read-only
     /// (EBADF, what a write would fail with; a closed stdout gets /dev/null so, see
     /// ``Tool/reserveStandardDescriptors()``). Nil when it is open for writing.
@@ -156,6 +153,9 @@ public enum FileIO {
         return mode & O_ACCMODE == O_RDONLY ? Errno(EBADF) : nil
     }
 
+    /// A pipe whose ends are both close-on-exec from the start: (read end, write end).
+    ///
+    /// The corresponding C function is `pipe2(2)` with `O_CLOEXEC`.
     public static func pipe() throws(Errno) -> (read: Int32, write: Int32) {
         var fds: [Int32] = [-1, -1]
         guard cl_pipe_cloexec(&fds) == 0 else { throw Errno.current }
