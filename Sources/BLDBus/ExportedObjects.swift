@@ -400,19 +400,6 @@ public final class ExportedObjectTree {
             call.fail(Self.unknownObject(path))
             return
         }
-        // The signature first: a body is decoded only when it has the expected one (a caller
-        // must not make us build values out of a large body of something else).
-        switch (member, call.message.signature) {
-        case ("Get", "ss"), ("GetAll", "s"), ("Set", "ssv"):
-            break
-        case ("Get", _), ("GetAll", _), ("Set", _):
-            call.fail(DBusError.invalidArgs("Wrong arguments '\(call.message.signature)' for Properties.\(member)"))
-            return
-        default:
-            call.fail(name: DBusError.Name.unknownMethod, message: "No such method '\(member)' in interface '\(DBusInterfaceName.properties)'")
-            return
-        }
-        let args = call.arguments
         func lookup(_ name: String?) -> ExportedInterface? {
             guard let name, let iface = object.interface(name) else {
                 call.fail(name: DBusError.Name.unknownInterface, message: "No such interface '\(name ?? "")' at object path '\(path)'")
@@ -420,8 +407,11 @@ public final class ExportedObjectTree {
             }
             return iface
         }
-        switch member {
-        case "Get":
+        // A body is decoded only once its signature is the expected one (a caller must not make
+        // us build values out of a large body of something else).
+        switch (member, call.message.signature) {
+        case ("Get", "ss"):
+            let args = call.arguments
             guard let iface = lookup(args[0].string) else { return }
             let name = args[1].string ?? ""
             guard let v = iface.value(of: name) else {
@@ -429,10 +419,11 @@ public final class ExportedObjectTree {
                 return
             }
             call.reply(.variant(v))
-        case "GetAll":
-            guard let iface = lookup(args[0].string) else { return }
+        case ("GetAll", "s"):
+            guard let iface = lookup(call.arguments[0].string) else { return }
             call.reply(iface.allProperties())
-        default:  // "Set"
+        case ("Set", "ssv"):
+            let args = call.arguments
             guard let iface = lookup(args[0].string) else { return }
             let name = args[1].string ?? ""
             guard let p = iface.properties.first(where: { $0.name == name }) else {
@@ -449,6 +440,10 @@ public final class ExportedObjectTree {
             } catch {
                 call.fail(error)
             }
+        case ("Get", _), ("GetAll", _), ("Set", _):
+            call.fail(DBusError.invalidArgs("Wrong arguments '\(call.message.signature)' for Properties.\(member)"))
+        default:
+            call.fail(name: DBusError.Name.unknownMethod, message: "No such method '\(member)' in interface '\(DBusInterfaceName.properties)'")
         }
     }
 
