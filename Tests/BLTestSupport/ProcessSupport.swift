@@ -74,11 +74,8 @@ public func toolDocsProblems(_ tool: String) throws -> String? {
     for option in ["--help", "--version"] {
         let (readEnd, writeEnd) = try Spawned.pipe()
         close(readEnd)
-        let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, [option], stdin: .inherit,
-                                stdout: .fd(writeEnd))
-        close(writeEnd)
-        let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
-        let status = child.wait()
+        defer { close(writeEnd) }
+        let (status, said) = try runTool(tool, [option], stdout: writeEnd)
         if status != 0 { problems.append("\(tool) \(option) | true: exit \(status) \(said.debugDescription)") }
     }
     return problems.isEmpty ? nil : problems.joined(separator: "\n")
@@ -113,11 +110,19 @@ public func unwritableStdoutProblems(_ tool: String, _ arguments: [String]) thro
     let readOnly = open("/dev/null", O_RDONLY | O_CLOEXEC)
     guard readOnly >= 0 else { return "cannot open /dev/null" }
     defer { close(readOnly) }
-    let environment = ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"]) { $1 }
-    let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments, environment: environment,
-                            stdin: .inherit, stdout: .fd(readOnly))
-    let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
-    let status = child.wait()
+    let (status, said) = try runTool(tool, arguments, stdout: readOnly,
+                                     environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"])
     if status == 74 && said.hasPrefix("\(tool): stdout: ") && said.filter({ $0 == "\n" }).count == 1 { return nil }
     return "exit \(status), stderr \(said.debugDescription)"
+}
+
+/// Runs `tool` with `fd` as its standard output (and `environment` added to the test's): its
+/// exit status and what it wrote on stderr.
+private func runTool(_ tool: String, _ arguments: [String], stdout fd: Int32,
+                     environment: [String: String] = [:]) throws -> (status: Int32, stderr: String) {
+    let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments,
+                            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 },
+                            stdin: .inherit, stdout: .fd(fd))
+    let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
+    return (child.wait(), said)
 }
