@@ -147,6 +147,24 @@ start_bluetoothd() {
     die "bluetoothd did not take org.bluez within 20 s; see $log"
 }
 
+# bluetoothd_down: true when the bench's bluetoothd is not running: it crashed (BlueZ 5.66 has
+# been seen to segfault once as a central disconnected), or something stopped it for good.
+bluetoothd_down() {
+    local pid
+    pid=$(cat "$BENCH_RUN/bluetoothd.pid" 2>/dev/null) || return 0
+    ! alive "$pid"
+}
+
+# bluetoothd_end: what the kernel said as the bench's bluetoothd ended (a segfault's line), or
+# that it said nothing.
+bluetoothd_end() {
+    local pid line=
+    if pid=$(cat "$BENCH_RUN/bluetoothd.pid" 2>/dev/null); then
+        line=$(dmesg 2>/dev/null | grep -F "bluetoothd[$pid]: " | tail -n 1 | sed 's/^\[[ 0-9.]*\] //')
+    fi
+    echo "${line:-no kernel message about it}"
+}
+
 # stop_bluetoothd: SIGTERM, bounded wait, then SIGKILL.
 stop_bluetoothd() {
     local pid
