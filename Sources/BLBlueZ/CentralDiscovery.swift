@@ -40,6 +40,8 @@ public final class Discovery {
     private var goneTimer: TimerToken?
     /// How long the adapter's going waits for bluetoothd's own leaving to be the reason.
     static let adapterGoneDelay = 0.2
+    /// How long StartDiscovery is asked again while bluetoothd answers InProgress (seconds).
+    var busyLimit = 5.0
 
     /// Reports (once) that the scan cannot go on, now or after `delay` seconds.
     private func gone(_ reason: String, after delay: Double = 0) {
@@ -119,9 +121,33 @@ public final class Discovery {
         if let rssi = filter.rssi { entries.append(("RSSI", .int16(Int16(clamping: rssi)))) }
         _ = try client.call(adapter.path, BlueZ.adapterInterface, "SetDiscoveryFilter", [.stringDict(ordered: entries)],
                             timeout: 10, what: "setting the discovery filter on \(adapter.name)")
-        _ = try client.call(adapter.path, BlueZ.adapterInterface, "StartDiscovery", timeout: 10,
-                            what: "starting discovery on \(adapter.name)")
+        try startScanning()
         scanning = true
+    }
+
+    /// StartDiscovery, asked again for up to ``busyLimit`` seconds while bluetoothd answers
+    /// InProgress. This client has no discovery of its own yet, so that answer means the kernel
+    /// refused to start one (Busy): the adapter's last discovery is still being stopped, such as
+    /// the one of a tool that has just ended (bluetoothd stops it when its client leaves, and
+    /// Discovery.stop does not wait). Seen on the bench between two tools run one after the other.
+    private func startScanning() throws(ToolError) {
+        let what = "starting discovery on \(adapter.name)"
+        let until = MonotonicClock.seconds() + busyLimit
+        var pause = 0.05
+        while true {
+            do {
+                _ = try client.bus.callAndWait(destination: BlueZ.service, path: adapter.path, interface: BlueZ.adapterInterface,
+                                               member: "StartDiscovery", timeout: 10)
+                return
+            } catch {
+                guard BlueZClient.isInProgress(error), !client.loop.isStopping,
+                      MonotonicClock.seconds() + pause < until else {
+                    throw BlueZErrors.toolError(what, error)
+                }
+                client.loop.sleep(pause)
+                pause = min(pause * 2, 0.5)
+            }
+        }
     }
 
     /// Stops scanning (bluetoothd keeps the radio scanning while other clients still are) and

@@ -13,6 +13,10 @@ final class DiscoveryTests: XCTestCase {
     private var client: BlueZClient { bluez.client }
     private var powered = true
     private var discovering = false
+    /// StartDiscovery calls answered with `refusal` before one is taken.
+    private var refusals = 0
+    private var refusal = ("org.bluez.Error.InProgress", "Operation already in progress")
+    private var startCalls = 0
 
     private static let adapter = "/org/bluez/hci0"
 
@@ -24,6 +28,12 @@ final class DiscoveryTests: XCTestCase {
                 .property("Powered") { [unowned self] in .bool(self.powered) }
                 .method("SetDiscoveryFilter") { _ = $0.reply([]) }
                 .method("StartDiscovery") { [unowned self] call in
+                    self.startCalls += 1
+                    if self.refusals > 0 {
+                        self.refusals -= 1
+                        call.fail(name: self.refusal.0, message: self.refusal.1)
+                        return
+                    }
                     self.discovering = true
                     _ = call.reply([])
                 }
@@ -74,6 +84,44 @@ final class DiscoveryTests: XCTestCase {
             try tree.emitInterfacesRemoved(path: Self.adapter, interfaces: [BlueZ.adapterInterface])
             try bluez.connection.releaseName(BlueZ.service)
         }, "bluetoothd stopped")
+    }
+
+    /// bluetoothd answers InProgress when the kernel will not start a discovery yet (the last
+    /// one is still being stopped): asked again, the scan starts.
+    func testStartDiscoveryIsAskedAgainWhileTheAdapterIsBusy() throws {
+        refusals = 2
+        let discovery = Discovery(client: client, adapter: try client.adapter(named: "hci0"))
+        try discovery.start()
+        XCTAssertEqual(startCalls, 3)
+        XCTAssertTrue(discovering)
+        discovery.stop()
+    }
+
+    /// An adapter that stays busy ends the start with bluetoothd's answer, once the time for
+    /// asking again is over.
+    func testAnAdapterThatStaysBusyEndsTheStart() throws {
+        refusals = .max
+        let discovery = Discovery(client: client, adapter: try client.adapter(named: "hci0"))
+        discovery.busyLimit = 0.4
+        let started = MonotonicClock.seconds()
+        do {
+            try discovery.start()
+            XCTFail("the scan started")
+        } catch {
+            XCTAssertTrue(error.message.hasPrefix("starting discovery on hci0: "), error.message)
+            XCTAssertTrue(error.message.contains("in progress"), error.message)
+        }
+        XCTAssertGreaterThan(startCalls, 2)
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 2)
+    }
+
+    /// Other refusals are not asked again.
+    func testOtherRefusalsEndTheStartAtOnce() throws {
+        refusals = 1
+        refusal = ("org.bluez.Error.NotReady", "Resource Not Ready")
+        let discovery = Discovery(client: client, adapter: try client.adapter(named: "hci0"))
+        XCTAssertThrowsError(try discovery.start())
+        XCTAssertEqual(startCalls, 1)
     }
 
     func testOtherChangesDoNotEndTheScan() throws {
