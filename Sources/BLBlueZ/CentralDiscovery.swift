@@ -40,8 +40,6 @@ public final class Discovery {
     private var goneTimer: TimerToken?
     /// How long the adapter's going waits for bluetoothd's own leaving to be the reason.
     static let adapterGoneDelay = 0.2
-    /// How long StartDiscovery is asked again while bluetoothd answers InProgress (seconds).
-    var busyLimit = 5.0
 
     /// Reports (once) that the scan cannot go on, now or after `delay` seconds.
     private func gone(_ reason: String, after delay: Double = 0) {
@@ -71,7 +69,10 @@ public final class Discovery {
     deinit { stop() }
 
     /// Subscribes to device signals, sets the discovery filter and starts scanning.
-    public func start() throws(ToolError) {
+    ///
+    /// - Parameter busyLimit: for how long StartDiscovery is asked again while bluetoothd
+    ///   answers InProgress (seconds; callers give the time they scan for).
+    public func start(busyLimit: Double = 5) throws(ToolError) {
         let bus = client.bus
         let prefix = adapter.path + "/"
         do {
@@ -121,16 +122,17 @@ public final class Discovery {
         if let rssi = filter.rssi { entries.append(("RSSI", .int16(Int16(clamping: rssi)))) }
         _ = try client.call(adapter.path, BlueZ.adapterInterface, "SetDiscoveryFilter", [.stringDict(ordered: entries)],
                             timeout: 10, what: "setting the discovery filter on \(adapter.name)")
-        try startScanning()
+        try startScanning(busyLimit: busyLimit)
         scanning = true
     }
 
-    /// StartDiscovery, asked again for up to ``busyLimit`` seconds while bluetoothd answers
+    /// StartDiscovery, asked again for up to `busyLimit` seconds while bluetoothd answers
     /// InProgress. This client has no discovery of its own yet, so that answer means the kernel
-    /// refused to start one (Busy): the adapter's last discovery is still being stopped, such as
-    /// the one of a tool that has just ended (bluetoothd stops it when its client leaves, and
-    /// Discovery.stop does not wait). Seen on the bench between two tools run one after the other.
-    private func startScanning() throws(ToolError) {
+    /// refused to start one (Busy): the adapter's last discovery has not ended yet. That is the
+    /// one of a tool that has just ended until it is stopped (bluetoothd stops it when its client
+    /// leaves, and Discovery.stop does not wait), and one a bluetoothd that crashed or was killed
+    /// had started until the kernel's own limit ends it (about 10 s; seen on the bench).
+    private func startScanning(busyLimit: Double) throws(ToolError) {
         let what = "starting discovery on \(adapter.name)"
         let until = MonotonicClock.seconds() + busyLimit
         var pause = 0.05
@@ -229,9 +231,10 @@ extension BlueZClient {
             if found == nil && selector.matches(device) { found = device }
         }
         discovery.onGone = { reason in if gone == nil { gone = reason } }
-        try discovery.start()
+        let deadline = MonotonicClock.seconds() + scanTimeout
+        try discovery.start(busyLimit: scanTimeout)
         defer { discovery.stop() }
-        _ = loop.run(until: { found != nil || gone != nil }, timeout: scanTimeout)
+        _ = loop.run(until: { found != nil || gone != nil }, timeout: max(0, deadline - MonotonicClock.seconds()))
         guard let device = found else {
             if loop.isStopping { throw ToolError(.unavailable, "interrupted while scanning for \(selector)") }
             if let gone { throw ToolError(.unavailable, "\(gone) while scanning for \(selector)") }

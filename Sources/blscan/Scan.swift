@@ -76,7 +76,8 @@ struct Scan {
                 waiting.append((path, timer))
             }
         }
-        try discovery.start()
+        let deadline = MonotonicClock.seconds() + timeout
+        try discovery.start(busyLimit: timeout)
         defer {
             loop.clearStop()
             discovery.stop()
@@ -90,7 +91,7 @@ struct Scan {
             emit(device)
         }
         interrupted.onInterrupt = { done = true }
-        let finished = loop.run(until: { done }, timeout: timeout)
+        let finished = loop.run(until: { done }, timeout: max(0, deadline - MonotonicClock.seconds()))
         if !finished {
             // Time is up: print devices still waiting for a name, first heard first.
             for (path, _) in waiting {

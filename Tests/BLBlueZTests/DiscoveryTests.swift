@@ -102,10 +102,9 @@ final class DiscoveryTests: XCTestCase {
     func testAnAdapterThatStaysBusyEndsTheStart() throws {
         refusals = .max
         let discovery = Discovery(client: client, adapter: try client.adapter(named: "hci0"))
-        discovery.busyLimit = 0.4
         let started = MonotonicClock.seconds()
         do {
-            try discovery.start()
+            try discovery.start(busyLimit: 0.4)
             XCTFail("the scan started")
         } catch {
             XCTAssertTrue(error.message.hasPrefix("starting discovery on hci0: "), error.message)
