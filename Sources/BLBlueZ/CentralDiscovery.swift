@@ -146,6 +146,7 @@ public final class Discovery {
                       MonotonicClock.seconds() + pause < until else {
                     throw BlueZErrors.toolError(what, error)
                 }
+                if pause == 0.05 { Tool.note("\(adapter.name) has not ended an earlier discovery yet: asking again") }
                 client.loop.sleep(pause)
                 pause = min(pause * 2, 0.5)
             }
