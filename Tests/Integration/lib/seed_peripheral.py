@@ -21,7 +21,8 @@ MODE:
         than a WriteValue call per write, so it is not what limits a client's rate.
   flood a notify characteristic (service fff0, characteristic fff2): when a central subscribes,
         notifies the bytes of $BL_FLOOD in 500-byte pieces as fast as bluetoothd takes them,
-        then EOM.
+        then EOM. With BL_FLOOD_RATE=N, N notifications a second at most (in bursts of a
+        tenth of that every 100 ms).
 
 Prints "ready" on stdout once the application and the advertisement are registered, then
 serves until SIGTERM/SIGINT. SIGUSR1 withdraws the advertisement (the application stays, and
@@ -95,13 +96,27 @@ def seed000_reply(code, body):
     return None
 
 
-def send_on_subscribe(chrc, data, piece):
+def send_on_subscribe(chrc, data, piece, rate=None):
     """Each time a central subscribes, notify `data` in `piece`-byte notifications as fast as
-    bluetoothd takes them, then EOM (the seed 002 pattern)."""
+    bluetoothd takes them (or `rate` a second at most), then EOM (the seed 002 pattern)."""
+    pieces = [data[i:i + piece] for i in range(0, len(data), piece)] + [b"EOM"]
+
     def send():
-        for i in range(0, len(data), piece):
-            chrc.notify(data[i:i + piece])
-        chrc.notify(b"EOM")
+        if rate is None:
+            for value in pieces:
+                chrc.notify(value)
+            return False
+        burst = max(1, rate // 10)
+        state = {"next": 0}
+
+        def tick():
+            start = state["next"]
+            for value in pieces[start:start + burst]:
+                chrc.notify(value)
+            state["next"] = start + burst
+            return state["next"] < len(pieces)
+        if tick():
+            GLib.timeout_add(100, tick)
         return False
 
     def watch():
@@ -215,7 +230,8 @@ def main():
     elif mode == "flood":
         service_uuid = SINK_SERVICE
         chrc = app.add_service(SINK_SERVICE).add_characteristic(FLOOD_CHAR, ("notify",))
-        send_on_subscribe(chrc, open(os.environ["BL_FLOOD"], "rb").read(), 500)
+        rate = os.environ.get("BL_FLOOD_RATE")
+        send_on_subscribe(chrc, open(os.environ["BL_FLOOD"], "rb").read(), 500, int(rate) if rate else None)
     else:
         sys.exit("unknown mode " + mode)
 
