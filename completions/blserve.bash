@@ -12,7 +12,7 @@ _blserve() {
                 compopt -o filenames 2>/dev/null
                 if ((i == COMP_CWORD - 1)); then mapfile -t COMPREPLY < <(compgen -c -- "$cur"); else mapfile -t COMPREPLY < <(compgen -f -- "$cur"); fi
                 return ;;
-            -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
+            -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--doorbell|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
                 [[ ${COMP_WORDS[i+1]} == = ]] && ((i++))
                 ((i++)) ;;
             -*) ;;
@@ -29,6 +29,9 @@ _blserve() {
         -r|--reply)
             COMPREPLY=($(compgen -W 'pull push' -- "$cur"))
             return ;;
+        --doorbell)
+            COMPREPLY=($(compgen -W 'early ready' -- "$cur"))
+            return ;;
         -a|--adapter)
             COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
             return ;;
@@ -37,7 +40,7 @@ _blserve() {
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W '--mode --adapter --name --service --char --nus --write-without-response
-            --reply-code --reply --chunk --eom --handler-timeout --prestart --max-frame --max-queue --max-held --max-buffered --allow --secure
+            --reply-code --reply --doorbell --chunk --eom --handler-timeout --prestart --max-frame --max-queue --max-held --max-buffered --allow --secure
             --verbose --help --version -m -a -n -c -r -t -v -h' -- "$cur"))
     else
         compopt -o filenames 2>/dev/null

@@ -7,7 +7,7 @@ function __blserve_part
     set -l words (commandline -opc)
     set -e words[1]
     set -l with_value -m --mode -a --adapter -n --name --service --char -c --reply-code -r --reply \
-        --chunk -t --handler-timeout --max-frame --max-queue --max-held --max-buffered --allow
+        --doorbell --chunk -t --handler-timeout --max-frame --max-queue --max-held --max-buffered --allow
     set -l skip 0
     set -l part options
     for w in $words
@@ -54,6 +54,7 @@ complete -c blserve -n __blserve_in_options -l nus -d 'Nordic UART layout'
 complete -c blserve -n __blserve_in_options -l write-without-response -d 'Also accept write commands'
 complete -c blserve -n __blserve_in_options -s c -l reply-code -x -a 'auto raw T U I' -d 'Frame mode: code of the reply'
 complete -c blserve -n __blserve_in_options -s r -l reply -x -a 'pull push' -d 'Frame mode: pull or push replies'
+complete -c blserve -n __blserve_in_options -l doorbell -x -a 'early ready' -d 'Frame mode, pull: ring N0000000 as a request starts or once its reply is queued'
 complete -c blserve -n __blserve_in_options -l chunk -x -d 'Notify at most N bytes at a time'
 complete -c blserve -n __blserve_in_options -l eom -d 'Notify EOM when the output ends'
 complete -c blserve -n __blserve_in_options -s t -l handler-timeout -x -d 'Frame mode: seconds before COMMAND is killed'

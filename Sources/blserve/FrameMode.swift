@@ -27,6 +27,14 @@ final class FrameMode: ServeMode {
         var waitingForRoom = false
         /// Disconnected: its state was dropped; a running COMMAND's reply is discarded.
         var gone = false
+        /// The run under way had its doorbell rung before it finished (``FrameMode/ring()``):
+        /// `earlyDoorbell` asks for that, `announced` says a doorbell has gone out since.
+        var earlyDoorbell = false
+        var announced = false
+        /// Reads (from the start) that came after that doorbell and before the reply: answered
+        /// when the run ends, or empty after ``FrameMode/readHold``.
+        var heldReads: [(call: IncomingCall, mtu: Int)] = []
+        var holdTimer: TimerToken?
 
         init(device: String, maxFrame: Int, maxQueue: Int) {
             self.device = device
@@ -62,6 +70,14 @@ final class FrameMode: ServeMode {
     static let stalledReader = 2.0
     /// The longest a doorbell waits for centrals reading replies.
     static let longestDoorbellWait = 30.0
+    /// `--doorbell early`: the longest a central's read waits for the reply of a run whose
+    /// doorbell rang before it ended. Well under ``stalledReader``, so that the held central
+    /// keeps other doorbells waiting (it may be about to read its reply's first piece), and
+    /// far under bluetoothd's 25 s for a ReadValue answer and ATT's 30 s.
+    static let readHold = 1.0
+    /// A run took ``readHold`` or longer: the next ones ring once their reply is queued, until
+    /// a run is quick again.
+    private var handlerSlow = false
 
     init(server: Server) {
         self.server = server
@@ -131,17 +147,56 @@ final class FrameMode: ServeMode {
             }
             return
         }
-        switch c.replies.read(offset: options.offset, mtu: options.mtu) {
+        if fromStart, c.replies.isEmpty, c.announced, c.running != nil {
+            // Its doorbell rang before its reply was ready: the read waits for the reply (and the
+            // central, inside its chain of reads, keeps other doorbells waiting meanwhile).
+            hold(call, mtu: options.mtu, for: c)
+            return
+        }
+        answer(call, offset: options.offset, mtu: options.mtu, for: c)
+    }
+
+    /// Answers a read of `c` from its reply queue.
+    private func answer(_ call: IncomingCall, offset: Int, mtu: Int, for c: Central) {
+        switch c.replies.read(offset: offset, mtu: mtu) {
         case .success(let piece):
             call.reply(.bytes(piece))
-            guard fromStart else { return }
-            readChains.read(by: device, gotNothing: piece.isEmpty)
+            guard offset == 0 else { return }
+            readChains.read(by: c.device, gotNothing: piece.isEmpty)
             // A chain of reads that has ended may let a waiting doorbell ring.
             if piece.isEmpty && doorbellWaiting { ringIfClear() }
             if !piece.isEmpty { dispatchWaiting(c) }
         case .failure(let refusal):
             call.fail(refusal.dbusError)
         }
+    }
+
+    private func hold(_ call: IncomingCall, mtu: Int, for c: Central) {
+        c.heldReads.append((call, mtu))
+        readChains.read(by: c.device, gotNothing: false)
+        guard c.holdTimer == nil else { return }
+        c.holdTimer = server.loop.schedule(after: Self.readHold) { [weak self, weak c] in
+            guard let self, let c else { return }
+            c.holdTimer = nil
+            // Slower than the hold: the read ends the central's chain empty, and the reply
+            // rings again once it is queued (a doorbell and an empty read are what a central
+            // hears whenever another central's reply is announced).
+            self.handlerSlow = true
+            c.earlyDoorbell = false
+            c.announced = false
+            self.server.debug("\(Server.centralName(c.device)): no reply \(formatSeconds(Self.readHold)) s after its doorbell; it rings again when ready")
+            self.answerHeldReads(c)
+        }
+    }
+
+    /// Answers the reads `c` made after its early doorbell, in order, from its reply queue
+    /// (empty reads when nothing is queued).
+    private func answerHeldReads(_ c: Central) {
+        if let timer = c.holdTimer { server.loop.cancel(timer) }
+        c.holdTimer = nil
+        let held = c.heldReads
+        c.heldReads = []
+        for read in held { answer(read.call, offset: 0, mtu: read.mtu, for: c) }
     }
 
     func connectionChanged(device: String, connected: Bool) {
@@ -177,12 +232,16 @@ final class FrameMode: ServeMode {
         c.gone = true
         c.running?.cancel()
         c.running = nil
+        c.earlyDoorbell = false
+        c.announced = false
         discardStartedAhead(c)
         // Its replies still waiting in the notifier must not reach a new connection.
         server.notifier.drop(target: c.device)
         c.pending.removeAll()
         c.replies.removeAll()
         c.reassembler.reset()
+        // Reads still held end empty (bluetoothd may be waiting for them yet).
+        answerHeldReads(c)
         forgetIfDone(c)
         ringIfClear()
         // Its room goes to requests waiting for it, once every central that goes now has gone
@@ -202,6 +261,7 @@ final class FrameMode: ServeMode {
             c.running = nil
             c.pending.removeAll()
             discardStartedAhead(c)
+            answerHeldReads(c)
         }
     }
 
@@ -253,11 +313,15 @@ final class FrameMode: ServeMode {
             self.finished(c, request, outcome)
         }
         c.running = run
+        c.earlyDoorbell = config.doorbell == .early && config.reply == .pull && !handlerSlow
         let ahead = c.startedAhead
         c.startedAhead = nil
         ahead?.onStarted = nil
         ahead?.process?.onExit = nil
         run.start(with: ahead)
+        // --doorbell early: the doorbell's way to the central and the central's read coming
+        // back overlap the run; the read waits for the reply if it comes first.
+        if c.earlyDoorbell, c.running === run { ring() }
         // Started now, on a thread of its own, its start-up overlaps this run, the reply's way
         // out and the next request's way in.
         startAhead(c)
@@ -303,6 +367,10 @@ final class FrameMode: ServeMode {
 
     private func finished(_ c: Central, _ request: FrameRequest, _ outcome: HandlerRun.Outcome) {
         c.running = nil
+        let announced = c.announced
+        c.earlyDoorbell = false
+        c.announced = false
+        handlerSlow = outcome.duration >= Self.readHold
         let reply = Self.reply(for: outcome, code: config.replyCode)
         if config.verbose {
             let ms = Int((outcome.duration * 1000).rounded())
@@ -314,12 +382,18 @@ final class FrameMode: ServeMode {
             forgetIfDone(c)
             return
         }
-        deliver(reply, to: c)
+        deliver(reply, to: c, announced: announced)
         dispatch(c)
     }
 
-    private func deliver(_ reply: [UInt8], to c: Central) {
-        if reply.isEmpty { return }
+    /// Queues or pushes a finished run's reply. `announced`: a doorbell rang for it already
+    /// (`--doorbell early`), so only the reads waiting for it are answered.
+    private func deliver(_ reply: [UInt8], to c: Central, announced: Bool) {
+        if reply.isEmpty {
+            // No reply (--reply-code raw, no output): a read waiting for one finds nothing.
+            answerHeldReads(c)
+            return
+        }
         let notifier = server.notifier
         // While an earlier reply is still being pushed, later ones follow it through the
         // notifier even if pushing is no longer possible: the notifier diverts them in order.
@@ -355,10 +429,14 @@ final class FrameMode: ServeMode {
                              })
             return
         }
-        // The seed server's order: queue the reply, then ring ("a reply is ready"). A central
-        // counts a doorbell and its reads as one reply, so the doorbell never comes earlier.
+        // The seed server's order: queue the reply, then ring ("a reply is ready"); with
+        // --doorbell early it rang when the run began, and the reads it brought wait for this.
         c.replies.append(reply)
-        ring()
+        if announced {
+            answerHeldReads(c)
+        } else {
+            ring()
+        }
     }
 
     /// Announces a queued reply with the doorbell, which every subscribed central hears
@@ -413,6 +491,9 @@ final class FrameMode: ServeMode {
             }
         }
         readChains.rang(at: now, keeping: listeners)
+        // Runs under way that asked for an early doorbell have had it: their central's reads
+        // from now on wait for their replies.
+        for c in centrals.values where c.earlyDoorbell && c.running != nil && !c.gone { c.announced = true }
         server.notifier.enqueue(Self.doorbell, chunk: Self.doorbell.count)
     }
 

@@ -26,6 +26,8 @@ enum BlserveCommand {
                        help: "frame mode: code of the reply: auto (default), raw (stdout as is), T, U or I"),
             OptionSpec("reply", short: "r", value: "HOW", choices: ["pull", "push"],
                        help: "frame mode: pull (queue, notify N0000000; default) or push (notify the reply)"),
+            OptionSpec("doorbell", value: "WHEN", choices: ["early", "ready"],
+                       help: "frame mode, pull: ring N0000000 as a request starts (early, default; reads wait up to 1 s for the reply) or once the reply is queued (ready)"),
             OptionSpec("chunk", value: "N", help: "notify at most N bytes at a time (20 reproduces seed 002)"),
             OptionSpec("eom", help: "stream and raw modes: notify EOM when COMMAND's output ends"),
             OptionSpec("handler-timeout", short: "t", value: "S", help: "frame mode: kill COMMAND after S seconds (30)"),
@@ -70,6 +72,7 @@ struct ServeConfig: Equatable {
     enum Mode: String { case frame, raw, stream }
     enum ReplyCode: Equatable { case auto, raw, fixed(FrameCode) }
     enum ReplyStyle: String { case pull, push }
+    enum Doorbell: String { case early, ready }
 
     var mode: Mode = .frame
     var command: [String] = []
@@ -83,6 +86,8 @@ struct ServeConfig: Equatable {
     var writeWithoutResponse = false
     var replyCode: ReplyCode = .auto
     var reply: ReplyStyle = .pull
+    /// Frame mode, pull: when the doorbell of a reply rings.
+    var doorbell: Doorbell = .early
     var chunk: Int?
     var eom = false
     var handlerTimeout = 30.0
@@ -128,6 +133,7 @@ struct ServeConfig: Equatable {
             }
         }
         if let style = try options.choice("reply") { reply = ReplyStyle(rawValue: style)! }
+        if let when = try options.choice("doorbell") { doorbell = Doorbell(rawValue: when)! }
         chunk = try options.int("chunk", in: 1...512)
         eom = options.has("eom")
         handlerTimeout = try options.seconds("handler-timeout", in: 0.001...86_400) ?? handlerTimeout
@@ -147,13 +153,16 @@ struct ServeConfig: Equatable {
 
         // Options that mean nothing in the chosen mode are mistakes, not silently ignored.
         if mode != .frame {
-            try options.refuse(["reply-code", "reply", "handler-timeout", "prestart", "max-frame", "max-queue", "max-held", "max-buffered"],
+            try options.refuse(["reply-code", "reply", "doorbell", "handler-timeout", "prestart", "max-frame", "max-queue", "max-held", "max-buffered"],
                                "is for frame mode; it cannot be used with --mode \(mode.rawValue)")
         }
         if mode == .frame, eom { throw UsageError("--eom is for stream and raw modes") }
         if eom, let chunk, chunk < 3 {
             // A central matches "EOM" as one notification: cut in pieces it would not be seen.
             throw UsageError("--eom notifies EOM whole: it needs --chunk 3 or more, not \(chunk)")
+        }
+        if reply == .push, options.has("doorbell") {
+            throw UsageError("--doorbell is for --reply pull (a pushed reply falling back to pull rings once it is queued)")
         }
         if mode == .frame, reply == .pull, chunk != nil {
             // Pulled replies go out as read values, whose size the central's MTU sets.

@@ -31,6 +31,7 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(c.notifyUUID, c.writeUUID)
         XCTAssertEqual(c.replyCode, .auto)
         XCTAssertEqual(c.reply, .pull)
+        XCTAssertEqual(c.doorbell, .early)
         XCTAssertEqual(c.handlerTimeout, 30)
         XCTAssertEqual(c.maxFrame, 1 << 20)
         XCTAssertTrue(c.allow.isEmpty)
@@ -88,6 +89,10 @@ final class OptionsTests: XCTestCase {
         XCTAssertTrue(usageError(["--mode", "stream", "--max-held", "1M", "cat"]).contains("--max-held"))
         XCTAssertTrue(usageError(["--max-held", "0", "cat"]).contains("--max-held"))
         XCTAssertTrue(try config(["--prestart", "cat"]).prestart)
+        XCTAssertEqual(try config(["--doorbell", "ready", "cat"]).doorbell, .ready)
+        XCTAssertTrue(usageError(["--doorbell", "late", "cat"]).contains("--doorbell"))
+        XCTAssertTrue(usageError(["--reply", "push", "--doorbell", "early", "cat"]).contains("--reply pull"))
+        XCTAssertTrue(usageError(["--mode", "raw", "--doorbell", "ready", "cat"]).contains("frame mode"))
         XCTAssertTrue(usageError(["--eom", "cat"]).contains("--eom"))
         // Options a mode would not use are refused, not ignored.
         XCTAssertTrue(usageError(["--chunk", "20", "cat"]).contains("--reply push"))

@@ -313,7 +313,7 @@ final class ServerBusTests: XCTestCase {
     }
 
     func testTheDoorbellRingsOnlyOnceTheReplyIsQueued() throws {
-        try start(["sh", "-c", "sleep 0.5; cat"])
+        try start(["--doorbell", "ready", "sh", "-c", "sleep 0.5; cat"])
         let started = MonotonicClock.seconds()
         ok(bluez.write(frame("T", "wait for me"), from: a))
         // A read before the reply is ready finds nothing, and no doorbell has rung yet.
@@ -323,6 +323,91 @@ final class ServerBusTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(MonotonicClock.seconds() - started, 0.5)
         XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000011wait for me")
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+    }
+
+    /// --doorbell early (the default): the doorbell rings as the run begins, and the asker's
+    /// read waits for the reply; another central's read is answered at once.
+    func testAnEarlyDoorbellRingsAsTheRunBeginsAndTheReadWaitsForTheReply() throws {
+        try start(["sh", "-c", "sleep 0.4; cat"])
+        let written = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "wait for me"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        XCTAssertLessThan(MonotonicClock.seconds() - written, 0.35, "the doorbell waited for the run")
+        XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
+        let other = MonotonicClock.seconds()
+        XCTAssertEqual(try bluez.read(from: b).get(), [])
+        XCTAssertLessThan(MonotonicClock.seconds() - other, 0.2, "a central with no run under way was kept waiting")
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23).get(), Array("T0000011wait for me".utf8))
+        XCTAssertGreaterThanOrEqual(MonotonicClock.seconds() - written, 0.4)
+        XCTAssertEqual(try bluez.read(from: a, mtu: 23).get(), [])
+        settle(0.2)
+        XCTAssertEqual(bluez.notifications.count, 1, "the reply rang a second time")
+    }
+
+    /// A run slower than the hold: the held read ends empty after about 1 s, the reply rings
+    /// once it is queued, and the next request's doorbell waits for its reply; a quick run
+    /// brings the early doorbell back. The seed client's parser sees only N frames besides the
+    /// replies.
+    func testARunSlowerThanTheHoldRingsAgainAndTheNextDoorbellWaitsForItsReply() throws {
+        try start(["sh", "-c", "b=$(cat); case $b in slow) sleep 1.6;; medium) sleep 0.4;; esac; printf %s \"$b\""])
+        ok(bluez.write(frame("T", "slow"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 1), "no early doorbell")
+        var stream = bluez.notifications[0]
+        var seen = 1
+        let held = MonotonicClock.seconds()
+        XCTAssertEqual(try bluez.read(from: a).get(), [])
+        let waited = MonotonicClock.seconds() - held
+        XCTAssertGreaterThan(waited, 0.8)
+        XCTAssertLessThan(waited, 1.5)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 5), "the slow reply did not ring")
+        stream += bluez.notifications[1]
+        seen = 2
+        XCTAssertEqual(readLikeTheSeedClient(a, mtu: 185, stream: &stream, seen: &seen), ["N0000000", "N0000000", "T0000004slow"])
+
+        // After a slow run, the doorbell waits for the reply: a read finds nothing at once.
+        let written = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "medium"), from: a))
+        XCTAssertEqual(try bluez.read(from: a).get(), [])
+        XCTAssertLessThan(MonotonicClock.seconds() - written, 0.35, "the read was held without an early doorbell")
+        XCTAssertEqual(bluez.notifications.count, 2)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 3 }, timeout: 5))
+        XCTAssertGreaterThanOrEqual(MonotonicClock.seconds() - written, 0.4)
+        XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000006medium")
+
+        // That run was quick: the next rings early again.
+        let again = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "medium"), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 4 }, timeout: 5))
+        XCTAssertLessThan(MonotonicClock.seconds() - again, 0.35, "the doorbell waited for the run")
+        XCTAssertEqual(String(decoding: bluez.readAll(from: a), as: UTF8.self), "T0000006medium")
+    }
+
+    /// A held read is answered when its central leaves, and when a run ends without a reply.
+    func testHeldReadsEndWhenTheCentralLeavesOrNoReplyComes() throws {
+        try start(["--reply-code", "raw", "sh", "-c", "b=$(cat); sleep 0.5; [ \"$b\" = quiet ] || printf %s \"$b\""])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "quiet"), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        let held = MonotonicClock.seconds()
+        XCTAssertEqual(try bluez.read(from: a).get(), [])
+        let waited = MonotonicClock.seconds() - held
+        XCTAssertGreaterThan(waited, 0.4)
+        XCTAssertLessThan(waited, 0.9, "the read waited past the run")
+
+        ok(bluez.write(frame("T", "gone"), from: a))
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 5))
+        var answer: Result<[DBusValue], DBusError>?
+        let options: DBusValue = .stringDict(["device": .objectPath(a), "mtu": .uint16(185), "link": .string("LE")])
+        _ = bluez.connection.call(destination: bluez.serverName, path: FakeBluetoothd.charPath,
+                                  interface: BlueZ.gattCharacteristicInterface, member: "ReadValue",
+                                  args: [options], timeout: 5) { answer = $0 }
+        settle(0.1)
+        XCTAssertNil(answer, "the read was not held")
+        let left = MonotonicClock.seconds()
+        try bluez.setConnected(a, false)
+        XCTAssertTrue(loop.run(until: { answer != nil }, timeout: 2))
+        XCTAssertLessThan(MonotonicClock.seconds() - left, 0.3, "the held read outlived its central")
+        XCTAssertEqual(try answer?.get().first?.bytes, [])
     }
 
     /// The RaspBLE client puts every notification and every read value into one stream parser
@@ -431,7 +516,9 @@ final class ServerBusTests: XCTestCase {
     /// them (a piece always fits one read, so the protocol never needs one) does not keep
     /// another central's doorbell waiting.
     func testReadsAtAnOffsetDoNotHoldTheDoorbell() throws {
-        try start(["cat"])
+        // The doorbell waits for the reply here: rung as the run begins, it would leave before
+        // B's reads.
+        try start(["--doorbell", "ready", "cat"])
         try bluez.setConnected(a, true)
         try bluez.setConnected(b, true)
         ok(bluez.write(frame("T", "one"), from: a))
