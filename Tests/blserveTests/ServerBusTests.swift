@@ -352,7 +352,7 @@ final class ServerBusTests: XCTestCase {
         try start(["sh", "-c", "b=$(cat); case $b in slow) sleep 1.6;; medium) sleep 0.4;; esac; printf %s \"$b\""])
         ok(bluez.write(frame("T", "slow"), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 1), "no early doorbell")
-        var stream = bluez.notifications[0]
+        var stream = try XCTUnwrap(bluez.notifications.first)
         var seen = 1
         let held = MonotonicClock.seconds()
         XCTAssertEqual(try bluez.read(from: a).get(), [])
@@ -360,7 +360,7 @@ final class ServerBusTests: XCTestCase {
         XCTAssertGreaterThan(waited, 0.8)
         XCTAssertLessThan(waited, 1.5)
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 5), "the slow reply did not ring")
-        stream += bluez.notifications[1]
+        stream += try XCTUnwrap(bluez.notifications.dropFirst().first)
         seen = 2
         XCTAssertEqual(readLikeTheSeedClient(a, mtu: 185, stream: &stream, seen: &seen), ["N0000000", "N0000000", "T0000004slow"])
 
