@@ -204,6 +204,16 @@ final class FakeBluetoothd {
         }
     }
 
+    /// Sends a read and returns at once; `completion` gets the value (or the error) once the
+    /// server answers, while the loop runs.
+    func startRead(from device: String, mtu: Int = 185, path: String = charPath,
+                   completion: @escaping (Result<[UInt8], DBusError>) -> Void) {
+        _ = connection.call(destination: serverName, path: path, interface: BlueZ.gattCharacteristicInterface,
+                            member: "ReadValue", args: [options(device, mtu: mtu, offset: 0)], timeout: 5) { result in
+            completion(result.map { $0.first?.bytes ?? [] })
+        }
+    }
+
     /// Reads until an empty value, as the seed client does; returns everything read.
     func readAll(from device: String, mtu: Int = 185, path: String = charPath) -> [UInt8] {
         var out: [UInt8] = []

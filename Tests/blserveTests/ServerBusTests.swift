@@ -396,18 +396,15 @@ final class ServerBusTests: XCTestCase {
 
         ok(bluez.write(frame("T", "gone"), from: a))
         XCTAssertTrue(loop.run(until: { self.bluez.notifications.count == 2 }, timeout: 5))
-        var answer: Result<[DBusValue], DBusError>?
-        let options: DBusValue = .stringDict(["device": .objectPath(a), "mtu": .uint16(185), "link": .string("LE")])
-        _ = bluez.connection.call(destination: bluez.serverName, path: FakeBluetoothd.charPath,
-                                  interface: BlueZ.gattCharacteristicInterface, member: "ReadValue",
-                                  args: [options], timeout: 5) { answer = $0 }
+        var answer: Result<[UInt8], DBusError>?
+        bluez.startRead(from: a) { answer = $0 }
         settle(0.1)
         XCTAssertNil(answer, "the read was not held")
         let left = MonotonicClock.seconds()
         try bluez.setConnected(a, false)
         XCTAssertTrue(loop.run(until: { answer != nil }, timeout: 2))
         XCTAssertLessThan(MonotonicClock.seconds() - left, 0.3, "the held read outlived its central")
-        XCTAssertEqual(try answer?.get().first?.bytes, [])
+        XCTAssertEqual(try answer?.get(), [])
     }
 
     /// The RaspBLE client puts every notification and every read value into one stream parser
