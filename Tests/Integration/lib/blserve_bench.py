@@ -54,6 +54,28 @@ async def wait_for(event, failure):
         fail(failure() if callable(failure) else failure)
 
 
+STALL = 15  # seconds without a notification that end a download: one was lost
+
+
+async def wait_for_download(full, received, size):
+    """Waits for FULL as wait_for does, but fails as soon as RECEIVED has not grown for STALL
+    seconds: the peripheral notifies without flow control, and bluetoothd drops a notification
+    that the central's socket has no room for (its log: "notify_io_cb() sendmsg: Resource
+    temporarily unavailable"), so a central slower than the stream can lose bytes for good."""
+    deadline = time.monotonic() + LIMIT
+    seen, since = 0, time.monotonic()
+    while not full.is_set():
+        now = time.monotonic()
+        if len(received) != seen:
+            seen, since = len(received), now
+        if now - since >= STALL or now >= deadline:
+            fail("download: got %d of %d bytes, none for %.0f s (a notification was lost)" % (len(received), size, now - since))
+        try:
+            await asyncio.wait_for(full.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+
+
 async def bulk(adapter, address, size):
     data = os.urandom(size)
     received = bytearray()
@@ -86,7 +108,7 @@ async def bulk(adapter, address, size):
         mode[0] = "download"
         start = time.monotonic()
         await client.write_gatt_char(rx, b"GO", response=False)
-        await wait_for(full, lambda: "download: got %d of %d bytes within %d s" % (len(received), size, LIMIT))
+        await wait_for_download(full, received, size)
         download = time.monotonic() - start
         await asyncio.sleep(0.5)  # anything beyond SIZE would show now
     finally:
