@@ -2,8 +2,9 @@
 """Waits, in one process, until a file has grown to SIZE bytes or contains TEXT, then prints the
 wall-clock time it saw that (nanoseconds, as `date +%s%N` prints) and exits 0; exits 1 at the
 timeout, or with --stall, once the file has stopped growing for that long after it began (bytes
-were lost: waiting on is pointless). Benchmarks use it instead of a shell loop, whose `stat`/`grep`
-runs cost the VM more CPU than the transfer they are timing.
+were lost: waiting on is pointless). Tests use it instead of a shell loop, whose `stat`/`grep`
+runs cost the VM more CPU than the transfer they wait for. (Benchmarks read a FIFO instead: this
+polls every 10 ms, which costs the emulated CPUs a tenth of one.)
 
   wait_output.py PATH --size SIZE [--timeout S] [--stall S]
   wait_output.py PATH --text TEXT [--timeout S]"""
