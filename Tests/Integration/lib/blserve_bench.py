@@ -45,33 +45,29 @@ async def latency(adapter, address, count, pause=0.0):
 LIMIT = 300  # seconds each way of bulk may take
 
 
-async def wait_for(event, failure):
+STALL = 15  # seconds without progress that end a wait given a progress measure
+
+
+async def wait_for(event, failure, progress=None):
     """Waits LIMIT seconds at most for EVENT; else exits saying FAILURE (a string, or a function
-    giving one, called then)."""
-    try:
-        await asyncio.wait_for(event.wait(), LIMIT)
-    except asyncio.TimeoutError:
-        fail(failure() if callable(failure) else failure)
-
-
-STALL = 15  # seconds without a notification that end a download: one was lost
-
-
-async def wait_for_download(full, received, size):
-    """Waits for FULL as wait_for does, but fails as soon as RECEIVED has not grown for STALL
-    seconds: the peripheral notifies without flow control, and bluetoothd drops a notification
-    that the central's socket has no room for (its log: "notify_io_cb() sendmsg: Resource
-    temporarily unavailable"), so a central slower than the stream can lose bytes for good."""
+    giving one, called then). With PROGRESS (a function giving a count that grows while things
+    go well), it also exits once that count has not grown for STALL seconds: the Python
+    peripheral notifies without flow control, and bluetoothd drops a notification that the
+    central's socket has no room for (its log: "notify_io_cb() sendmsg: Resource temporarily
+    unavailable"), so a central slower than the stream can lose bytes for good."""
     deadline = time.monotonic() + LIMIT
-    seen, since = 0, time.monotonic()
-    while not full.is_set():
+    seen, since = None, time.monotonic()
+    while not event.is_set():
         now = time.monotonic()
-        if len(received) != seen:
-            seen, since = len(received), now
-        if now - since >= STALL or now >= deadline:
-            fail("download: got %d of %d bytes, none for %.0f s (a notification was lost)" % (len(received), size, now - since))
+        count = progress() if progress else None
+        if count != seen:
+            seen, since = count, now
+        stalled = progress is not None and now - since >= STALL
+        if stalled or now >= deadline:
+            why = failure() if callable(failure) else failure
+            fail("%s; nothing more for %.0f s (lost)" % (why, now - since) if stalled else why)
         try:
-            await asyncio.wait_for(full.wait(), 1.0)
+            await asyncio.wait_for(event.wait(), 1.0)
         except asyncio.TimeoutError:
             pass
 
@@ -108,7 +104,7 @@ async def bulk(adapter, address, size):
         mode[0] = "download"
         start = time.monotonic()
         await client.write_gatt_char(rx, b"GO", response=False)
-        await wait_for_download(full, received, size)
+        await wait_for(full, lambda: "download: got %d of %d bytes" % (len(received), size), progress=lambda: len(received))
         download = time.monotonic() - start
         await asyncio.sleep(0.5)  # anything beyond SIZE would show now
     finally:
