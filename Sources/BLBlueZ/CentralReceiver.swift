@@ -29,7 +29,8 @@ public final class NotificationReceiver {
         public var eom = false
         /// End after this many replies. A reply is one notification, or a doorbell together with
         /// the reads it triggered (when they found something); in a stream of frames, a frame
-        /// (however many notifications it took; an empty notification is none).
+        /// (however many notifications it took; an empty notification is none), and the output
+        /// then ends with the last frame wanted, whatever came with it.
         public var count: Int?
         /// End after this many seconds without a notification or read value, once armed.
         public var silence: Double?
@@ -321,8 +322,13 @@ public final class NotificationReceiver {
                 if !self.finished, !self.out.isFull { self.resumeReading() }
             case .success(let value):
                 self.pulledValues += 1
-                self.pulledFrames += self.write(value)
-                self.pull()
+                self.pulledFrames += self.write(value, uncounted: self.pulledFrames)
+                if self.frames != nil, let count = self.options.count, self.replies + self.pulledFrames >= count {
+                    // The last reply wanted is whole: nothing more is read (or written).
+                    self.countReply(self.pulledFrames)
+                } else {
+                    self.pull()
+                }
             case .failure(let error):
                 // The link went down under the read: that is a disconnect, not a read error.
                 if !self.characteristic.peer.isConnected {
@@ -341,30 +347,45 @@ public final class NotificationReceiver {
     }
 
     /// Writes `value` out; returns how many frames it completed (while the output is frames).
+    /// With a count, the output ends with the frame that reaches it: what `value` holds after
+    /// that frame is not written. `uncounted`: frames taken already that count only later (a
+    /// pull's, at its end).
     @discardableResult
-    private func write(_ value: [UInt8]) -> Int {
+    private func write(_ value: [UInt8], uncounted: Int = 0) -> Int {
         guard !finished else { return 0 }
         bytesReceived += value.count
-        let completed = frames != nil ? followFrames(value) : 0
-        out.write(value)
+        guard frames != nil else {
+            out.write(value)
+            return 0
+        }
+        let (completed, used) = followFrames(value, wanted: options.count.map { $0 - replies - uncounted })
+        out.write(used == value.count ? value : Array(value[..<used]))
         return completed
     }
 
     /// The output so far ends inside a frame (in its header or before the end of its body).
     private var isInsideFrame: Bool { frames.map { !$0.isAtFrameBoundary } ?? false }
 
-    /// Returns how many frames `value` completed.
-    private func followFrames(_ value: [UInt8]) -> Int {
+    /// Returns how many frames `value` completed, and how many of its bytes are wanted: all, or
+    /// up to the end of the `wanted`th frame it completes.
+    private func followFrames(_ value: [UInt8], wanted: Int?) -> (completed: Int, used: Int) {
+        if let wanted, wanted <= 0 { return (0, 0) }
         let before = frames?.framesDecoded ?? 0
+        var used = value.count
         value.withUnsafeBytes { raw in
             var input = raw
             do {
-                while try frames?.next(&input) != nil {}
+                while let event = try frames?.next(&input) {
+                    if case .frameEnd = event, let wanted, let done = frames?.framesDecoded, done - before >= wanted {
+                        used = raw.count - input.count
+                        break
+                    }
+                }
             } catch {
                 frames = nil   // not frames: never "inside" one
             }
         }
-        return frames.map { $0.framesDecoded - before } ?? 0
+        return (frames.map { $0.framesDecoded - before } ?? 0, used)
     }
 
     /// Writes what stdout takes now; with the queue full, stops reading the socket until
@@ -464,10 +485,11 @@ public final class NotificationReceiver {
         // What was received is written, also notifications held back during a pull that did
         // not end, and those that came during its last read (StartNotify: a read's own echo
         // among them carries that read's value, whose answer will not be taken now) (a stdout
-        // that fails now has nobody left to tell).
+        // that fails now has nobody left to tell). Not when the count ends it: those came after
+        // the last reply wanted.
         held += duringRead
         duringRead = []
-        for value in held {
+        for value in held where why != .count {
             if options.eom && value == NotificationReceiver.endOfMessage { break }
             out.write(value)
         }

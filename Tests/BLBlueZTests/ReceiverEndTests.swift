@@ -69,10 +69,11 @@ final class ReceiverEndTests: XCTestCase {
         _ = call.reply([.bytes(Array(value.utf8))])
     }
 
-    private func start(eom: Bool, silence: Double? = nil) throws {
+    private func start(eom: Bool, silence: Double? = nil, count: Int? = nil) throws {
         var options = NotificationReceiver.Options()
         options.eom = eom
         options.silence = silence
+        options.count = count
         let characteristic = RemoteCharacteristic(peer: bluez.peer(Self.device), path: Self.char, properties: [
             "UUID": .string("0000fff2-0000-1000-8000-00805f9b34fb"), "Flags": .stringArray(["read", "notify"]),
         ])
@@ -158,6 +159,48 @@ final class ReceiverEndTests: XCTestCase {
         try disconnect()
         XCTAssertEqual(try finish(), "abc")
         XCTAssertNoThrow(try outcome?.get())
+    }
+
+    /// A device cutting a stream of frames into notifications of its own size: the output ends
+    /// with the last frame counted, not inside the next one.
+    func testTheCountEndsTheOutputWithTheLastFrameWanted() throws {
+        try start(eom: false, count: 1)
+        try notify("T0000003abcT0000003d")
+        try notify("ef")
+        XCTAssertEqual(try finish(), "T0000003abc")
+        XCTAssertNoThrow(try outcome?.get())
+        XCTAssertEqual(receiver.ending, .count)
+        XCTAssertEqual(receiver.replies, 1)
+    }
+
+    func testTheCountCutsANotificationHoldingMoreWholeFrames() throws {
+        try start(eom: false, count: 2)
+        try notify("T0000001a")
+        try notify("T0000001bT0000001cN0000000")
+        XCTAssertEqual(try finish(), "T0000001aT0000001b")
+        XCTAssertEqual(receiver.replies, 2)
+    }
+
+    /// A pull whose reads bring the last frame wanted and the start of another: the reads stop
+    /// there, and what the read held after that frame is not written.
+    func testTheCountReachedInsideAPullEndsIt() throws {
+        readValues = ["T0000003abcT00000", "03def", ""]
+        try start(eom: false, count: 1)
+        try notify("N0000000")
+        XCTAssertEqual(try finish(), "N0000000T0000003abc")
+        XCTAssertEqual(receiver.ending, .count)
+        XCTAssertEqual(readValues, ["03def", ""], "it read on after the last reply wanted")
+    }
+
+    /// Notifications that come while a pull reads are written after it, and none of them once
+    /// the pull has brought the last reply wanted.
+    func testNotificationsDuringAPullAreNotWrittenAfterTheLastReplyWanted() throws {
+        readValues = ["T0000003abc", ""]
+        notifyDuringRead = "T0000003xyz"
+        try start(eom: false, count: 1)
+        try notify("N0000000")
+        XCTAssertEqual(try finish(), "N0000000T0000003abc")
+        XCTAssertEqual(receiver.ending, .count)
     }
 
     func testADisconnectBeforeAnyDataIsUnavailable() throws {
