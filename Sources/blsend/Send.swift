@@ -217,10 +217,17 @@ final class Writer {
     func start() throws(ToolError) {
         guard !finished else { return }  // an interrupt that came before ended it already
         let peer = characteristic.peer
-        linkWatch = try peer.watch(characteristics: [characteristic.path]) { [weak self] loss in
+        let watch = try peer.watch(characteristics: [characteristic.path]) { [weak self] loss in
             guard let self else { return }
             self.linkLost(peer.describe(loss, uuid: self.characteristic.uuid))
         }
+        // Setting the watch up waits for bluetoothd's answers, and an interrupt or the reply
+        // reader's end may have finished the writer meanwhile: then no input is taken.
+        guard !finished else {
+            watch.cancel()
+            return
+        }
+        linkWatch = watch
         stdinWatch = loop.watch(fd: 0, events: .readable) { [weak self] _ in self?.readInput() }
         if let socket {
             socketWatch = loop.watch(fd: socket.rawValue, events: []) { [weak self] events in self?.socketWritable(events) }
@@ -256,6 +263,7 @@ final class Writer {
     private(set) var hasBegun = false
 
     private func readInput() {
+        guard !finished else { return }
         if head > 0 && head == end {
             head = 0
             end = 0
