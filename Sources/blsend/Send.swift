@@ -263,7 +263,6 @@ final class Writer {
     private(set) var hasBegun = false
 
     private func readInput() {
-        guard !finished else { return }
         if head > 0 && head == end {
             head = 0
             end = 0
