@@ -136,7 +136,7 @@ public struct FrameDecoder: Sendable {
         switch state {
         case .header:
             if pendingCount > 0 {
-                throw fail(.truncatedHeader(have: pendingCount), at: offset)
+                throw fail(.truncatedHeader(have: pendingCount, skipped: skippedPending), at: offset)
             }
         case .body(let header, let remaining):
             throw fail(.truncatedBody(code: header.code, have: header.size - remaining, size: header.size), at: offset)

@@ -5,8 +5,9 @@ public struct FrameError: Error, Equatable, Sendable, CustomStringConvertible {
         case unknownCode(UInt8)
         /// A byte of the seven-digit size field is not an ASCII digit.
         case badSizeDigit(UInt8)
-        /// The input ended inside a header (`have` of 8 bytes read).
-        case truncatedHeader(have: Int)
+        /// The input ended inside a header (`have` of 8 bytes read), after `skipped` bytes that
+        /// resync mode skipped just before it.
+        case truncatedHeader(have: Int, skipped: Int = 0)
         /// The input ended inside a body (`have` of `size` body bytes read).
         case truncatedBody(code: FrameCode, have: Int, size: Int)
         /// The announced (or, when encoding, the actual) body size exceeds the limit.
@@ -30,15 +31,16 @@ public struct FrameError: Error, Equatable, Sendable, CustomStringConvertible {
             return "unknown frame code \(FrameError.show(byte)) at byte \(offset)"
         case .badSizeDigit(let byte):
             return "non-digit \(FrameError.show(byte)) in the size field at byte \(offset)"
-        case .truncatedHeader(let have):
-            return "input ends inside a frame header (\(have) of 8 bytes) at byte \(offset)"
+        case .truncatedHeader(let have, let skipped):
+            let after = skipped == 0 ? "" : ", after \(skipped) skipped byte\(skipped == 1 ? "" : "s")"
+            return "input ends inside a frame header (\(have) of 8 bytes) at byte \(offset)\(after)"
         case .truncatedBody(let code, let have, let size):
             let article = code == .image || code == .notify ? "an" : "a"
             return "input ends inside \(article) \(code) frame (\(have) of \(size) body bytes) at byte \(offset)"
         case .tooLarge(let size, let limit):
             return "frame body of \(size) bytes is over the limit of \(limit) at byte \(offset)"
         case .notifyWithBody(let size):
-            return "N frame announces a body of \(size) bytes at byte \(offset)"
+            return "N frame announces a body of \(size) byte\(size == 1 ? "" : "s") at byte \(offset)"
         }
     }
 
