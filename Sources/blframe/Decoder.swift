@@ -24,6 +24,8 @@ struct Decoder {
     private var escaper = JSONStringEscaper()
     /// A T or U frame's text is being written (with --json: its object is open).
     private var textOpen = false
+    /// Some of that text has been written.
+    private var textStarted = false
 
     init(options: ParsedOptions) throws {
         raw = options.has("raw")
@@ -67,18 +69,30 @@ struct Decoder {
             image?.discard()
             image = nil
             // Every --json line stays one whole object: a text cut short says so. Without
-            // --json a text cut short still ends its line, unless bodies are written raw.
+            // --json a text cut short still ends its line (if any of it came), unless bodies
+            // are written raw.
             if textOpen {
                 textOpen = false
                 if json {
                     try? closeJSONText(truncated: true)
-                } else if !raw && lastByte != 0x0A {
+                } else if !raw && textStarted && lastByte != 0x0A {
                     try? write("\n")
                 }
             }
-            try? out.flush()
-            if let error = error as? FrameError { throw ToolError(.dataError, error.description) }
-            throw error
+            let failure = (error as? FrameError).map { ToolError(.dataError, $0.description) } ?? error
+            do {
+                try flush()
+            } catch let output as ToolError where output.code != .ok {
+                // What came before could not be written either: that loss sets the exit status,
+                // and the failure that stopped decoding is said first.
+                if let failure = failure as? ToolError, !failure.message.isEmpty, failure.message != output.message {
+                    Tool.warn(failure.message)
+                }
+                throw output
+            } catch {
+                // The reader went away: the failure still stands.
+            }
+            throw failure
         }
         try flush()
     }
@@ -88,6 +102,7 @@ struct Decoder {
         case .frameStart(let header):
             self.header = header
             lastByte = 0  // an empty body does not end with a newline, so it prints as an empty line
+            textStarted = false
             try begin(header)
         case .body(let piece):
             try body(piece)
@@ -136,7 +151,10 @@ struct Decoder {
                 if let failure { throw Encoder.outputError(failure) }
             } else {
                 try write(piece)
-                if let last = piece.last { lastByte = last }
+                if let last = piece.last {
+                    lastByte = last
+                    textStarted = true
+                }
             }
         case .image:
             try image?.write(piece)

@@ -38,7 +38,7 @@ let spec = CommandSpec(
 
 Tool.run(spec) { options in
     if let operand = options.operands.first, operand != "-" {
-        throw UsageError("blframe reads standard input only: '-' is the one operand it takes, not '\(operand)'")
+        throw UsageError("reads standard input only: '-' is the one operand it takes, not '\(operand)'")
     }
     if options.has("decode") {
         try options.refuse(["code", "exact", "lines"], "is for encoding; it cannot be used with -d")

@@ -278,6 +278,10 @@ final class BlframeDecodeTests: XCTestCase {
         let cut = try runTool("blframe", ["-d"], input: data("T0000002okT0000005hel"))
         XCTAssertEqual(cut.status, 65)
         XCTAssertEqual(cut.stdoutText, "ok\nhel\n")
+        // A text of which nothing came prints nothing, not an empty line (an empty frame's).
+        let none = try runTool("blframe", ["-d"], input: data("T0000002okT0000005"))
+        XCTAssertEqual(none.status, 65)
+        XCTAssertEqual(none.stdoutText, "ok\n")
         XCTAssertEqual(try runTool("blframe", ["-d", "--raw"], input: data("T0000005hel")).stdoutText, "hel")
         XCTAssertEqual(result.stderr, "blframe: non-digit 'x' (0x78) in the size field at byte 13\n")
         let unknown = try runTool("blframe", ["-d"], input: data("hello"))
@@ -300,6 +304,20 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(result.status, 0)
         XCTAssertEqual(result.stdoutText, "hi\nblframe: skipped an I frame of 1 byte at byte 10 (use --images DIR to save it)\n"
                        + "yo\nblframe: skipped 1 byte before the frame at byte 30\nok\n")
+    }
+
+    /// Bad input after frames that could not be written: the lost output sets the status (74),
+    /// and both failures are said, the input's first.
+    func testOutputErrorIsNotHiddenByBadInputAfterIt() throws {
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let result = try runProgram("/bin/bash", ["-c", "exec \"$0\" -d >/dev/full", blframe], input: data("T0000002hi\n"))
+        XCTAssertEqual(result.status, 74)
+        XCTAssertEqual(result.stderr, "blframe: unknown frame code 0x0a at byte 10\nblframe: stdout: No space left on device\n")
+        // The output failing first (a frame too large to hold back) is said once.
+        let large = try runProgram("/bin/bash", ["-c", "exec \"$0\" -d >/dev/full", blframe],
+                                   input: data("T0300000" + String(repeating: "a", count: 300_000) + "\n"))
+        XCTAssertEqual(large.status, 74)
+        XCTAssertEqual(large.stderr, "blframe: stdout: No space left on device\n")
     }
 
     func testClosedStdoutEndsQuietly() throws {

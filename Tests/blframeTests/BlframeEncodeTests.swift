@@ -122,6 +122,8 @@ final class BlframeEncodeTests: XCTestCase {
             XCTAssertEqual(result.stderr.filter { $0 == "\n" }.count, 1, "\(arguments): \(result.stderr)")
         }
         XCTAssertTrue(try runTool("blframe", ["--line"]).stderr.contains("did you mean '--lines'"))
+        XCTAssertEqual(try runTool("blframe", ["extra"]).stderr,
+                       "blframe: reads standard input only: '-' is the one operand it takes, not 'extra'; try 'blframe --help'\n")
     }
 
     /// `-` names standard input, as for any filter.
