@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 internal import CDBus
 import BLCommand
 
@@ -88,47 +93,43 @@ public final class DBusConnection {
     private init(raw: OpaquePointer, loop: EventLoop) {
         self.raw = raw
         self.loop = loop
-        // dbus_bus_get_private() turned this on: the process would _exit when the bus goes away.
+        // Off from the start with dbus_connection_open_private(): a lost bus must not _exit the
+        // process.
         dbus_connection_set_exit_on_disconnect(raw, 0)
         dispatchBlock = { [weak self] in self?.dispatchNow() }
         installLoopIntegration()
     }
 
-    /// Opens a private connection to the system bus (honours `DBUS_SYSTEM_BUS_ADDRESS`) and
-    /// registers with it (`Hello`, blocking, at startup). Exit-on-disconnect is turned off.
-    ///
-    /// The corresponding C function is `dbus_bus_get_private(DBUS_BUS_SYSTEM, ...)`.
-    public static func system(loop: EventLoop) throws(DBusError) -> DBusConnection {
-        _ = LibDBus.initialized
-        let raw = try LibDBus.check { e in dbus_bus_get_private(DBUS_BUS_SYSTEM, e) }
-        return DBusConnection(raw: raw, loop: loop)
-    }
+    /// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` is not set (the D-Bus
+    /// specification's, which libdbus uses too).
+    public static let systemBusDefaultAddress = "unix:path=/var/run/dbus/system_bus_socket"
 
-    /// Opens a private connection to the session bus (honours `DBUS_SESSION_BUS_ADDRESS`).
-    ///
-    /// The corresponding C function is `dbus_bus_get_private(DBUS_BUS_SESSION, ...)`.
-    public static func session(loop: EventLoop) throws(DBusError) -> DBusConnection {
-        _ = LibDBus.initialized
-        let raw = try LibDBus.check { e in dbus_bus_get_private(DBUS_BUS_SESSION, e) }
-        return DBusConnection(raw: raw, loop: loop)
+    /// Opens a private connection to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set) and
+    /// registers with it. See ``init(address:loop:timeout:)``.
+    public static func system(loop: EventLoop, timeout: Double = 25) throws(DBusError) -> DBusConnection {
+        let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) } ?? systemBusDefaultAddress
+        return try DBusConnection(address: address, loop: loop, timeout: timeout)
     }
 
     /// Opens a private connection to the bus at `address` (e.g. `unix:path=/run/x/bus`) and
-    /// registers with it (`Hello`, blocking, at startup).
+    /// registers with it: `Hello`, waited for through the loop as any ``callAndWait(_:timeout:)``
+    /// (not libdbus's blocking `dbus_bus_register`), so that a bus that takes the connection and
+    /// then says nothing gives NoReply after `timeout` seconds, and a signal stopping the loop
+    /// ends the wait (Interrupted) instead of waiting behind a blocked signal.
     ///
-    /// The corresponding C functions are `dbus_connection_open_private` and `dbus_bus_register`.
-    public convenience init(address: String, loop: EventLoop) throws(DBusError) {
+    /// The corresponding C functions are `dbus_connection_open_private` and
+    /// `dbus_bus_set_unique_name` (manual registration).
+    public convenience init(address: String, loop: EventLoop, timeout: Double = 25) throws(DBusError) {
         _ = LibDBus.initialized
         try LibDBus.require(!address.utf8.contains(0), "invalid bus address")
         let raw = try LibDBus.check { e in dbus_connection_open_private(address, e) }
-        do {
-            _ = try LibDBus.check { e in dbus_bus_register(raw, e) != 0 ? true : nil }
-        } catch {
-            dbus_connection_close(raw)
-            dbus_connection_unref(raw)
-            throw error
-        }
+        // From here on a failure closes and releases `raw` (deinit).
         self.init(raw: raw, loop: loop)
+        let reply = try busCall("Hello", [], timeout: timeout)
+        guard case .string(let name)? = reply.first, !name.isEmpty else {
+            throw DBusError(name: DBusError.Name.failed, message: "the bus answered Hello without a name")
+        }
+        guard dbus_bus_set_unique_name(raw, name) != 0 else { throw DBusError.noMemory }
     }
 
     deinit {

@@ -2,6 +2,7 @@ import XCTest
 import Glibc
 import BLCommand
 @testable import BLDBus
+import BLTestSupport
 
 final class DBusConnectionTests: BusTestCase {
     /// Calls that B keeps unanswered (so that their deinit does not answer them).
@@ -248,8 +249,31 @@ final class DBusConnectionTests: BusTestCase {
         XCTAssertLessThan(took, 3)
     }
 
-    /// dbus_bus_get_private() turns exit-on-disconnect on; if it stayed on, killing the bus would
-    /// _exit this test process.
+    /// A bus that takes the connection and then says nothing (a hung dbus-daemon): registering
+    /// gives up after the timeout, through the loop, instead of blocking for good.
+    func testRegisteringWithABusThatSaysNothingTimesOut() throws {
+        let silent = try SilentBus()
+        let t0 = MonotonicClock.seconds()
+        XCTAssertThrowsError(try DBusConnection(address: silent.address, loop: loop, timeout: 0.5)) { error in
+            XCTAssertEqual((error as? DBusError)?.name, DBusError.Name.noReply, "\(error)")
+        }
+        XCTAssertLessThan(MonotonicClock.seconds() - t0, 3)
+    }
+
+    /// A signal stops the loop (InterruptWatch): the registration's wait ends at once, as every
+    /// other wait does, so that a tool can be stopped while it connects.
+    func testRegistrationEndsWhenTheLoopIsStopped() throws {
+        let silent = try SilentBus()
+        _ = loop.schedule(after: 0.2) { [loop] in loop!.stop() }
+        let t0 = MonotonicClock.seconds()
+        XCTAssertThrowsError(try DBusConnection(address: silent.address, loop: loop)) { error in
+            XCTAssertEqual((error as? DBusError)?.name, DBusError.Name.interrupted, "\(error)")
+        }
+        XCTAssertLessThan(MonotonicClock.seconds() - t0, 3)
+    }
+
+    /// Exit-on-disconnect stays off; if it were on, killing the bus would _exit this test
+    /// process.
     func testSystemBusHonoursTheAddressVariableAndSurvivesTheBusExiting() throws {
         setenv("DBUS_SYSTEM_BUS_ADDRESS", bus.address, 1)
         defer { unsetenv("DBUS_SYSTEM_BUS_ADDRESS") }

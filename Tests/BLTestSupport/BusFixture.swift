@@ -114,3 +114,41 @@ public final class BusFixture {
     deinit { stop() }
 }
 
+
+/// A "bus" that takes connections and never answers, as a hung dbus-daemon would: a unix socket
+/// that listens and accepts nothing (the kernel completes connections up to the backlog).
+public final class SilentBus {
+    public let directory: String
+    public let address: String
+    private let fd: Int32
+
+    public init() throws {
+        var template = Array("/tmp/bldbus-silent-XXXXXX".utf8CString)
+        guard let dir = mkdtemp(&template) else { throw Errno.current }
+        directory = String(cString: dir)
+        let path = directory + "/bus"
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw Errno.current }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { sunPath in
+            for (i, byte) in path.utf8.enumerated() { sunPath[i] = byte }
+        }
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, listen(fd, 16) == 0 else {
+            let error = Errno.current
+            Glibc.close(fd)
+            throw error
+        }
+        self.fd = fd
+        self.address = "unix:path=" + path
+    }
+
+    deinit {
+        Glibc.close(fd)
+        unlink(directory + "/bus")
+        rmdir(directory)
+    }
+}
