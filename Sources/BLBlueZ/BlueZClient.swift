@@ -95,10 +95,15 @@ public final class BlueZClient {
     public let bus: DBusConnection
 
     /// Connects to the system bus (honouring DBUS_SYSTEM_BUS_ADDRESS).
+    /// How long connecting to the system bus may take (registering with it).
+    public static let busTimeout = 25.0
+
     public init(loop: EventLoop) throws(ToolError) {
         self.loop = loop
         do {
-            bus = try DBusConnection.system(loop: loop)
+            bus = try DBusConnection.system(loop: loop, timeout: Self.busTimeout)
+        } catch where error.name == DBusError.Name.noReply {
+            throw ToolError(.tempFail, "the system bus did not answer within \(formatSeconds(Self.busTimeout)) s")
         } catch {
             throw ToolError(.unavailable, "cannot connect to the system bus: \(error.oneLine)")
         }
@@ -198,8 +203,8 @@ extension BlueZClient {
     public static func session(_ body: (BlueZClient, InterruptWatch) throws -> Void) throws {
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        let client = try BlueZClient(loop: loop)
+        // Watched before connecting: a signal ends a tool waiting for a bus that does not answer.
         let interrupted = InterruptWatch(loop: loop)
-        try interrupted.guarding { try body(client, interrupted) }
+        try interrupted.guarding { try body(try BlueZClient(loop: loop), interrupted) }
     }
 }

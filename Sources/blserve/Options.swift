@@ -62,7 +62,8 @@ enum BlserveCommand {
         exit status: 0 after SIGINT, SIGTERM or SIGHUP (or, in stream mode, when COMMAND's output
         was sent), 1 stream mode's COMMAND failed, 64 usage, 69 no adapter of that name, no
         bluetoothd or system bus, COMMAND not found, or not registered within 30 s, 71 signals
-        cannot be handled, 74 registration refused, 130 a second signal while stopping.
+        cannot be handled, 74 registration refused, 75 bluetoothd or the system bus did not answer
+        in time at start, 130 a second signal while stopping.
         """
     )
 }

@@ -103,6 +103,30 @@ public func noBusProblems(_ tool: String, _ arguments: [String]) throws -> Strin
     return "exit \(result.status), stderr \(result.stderr.debugDescription)"
 }
 
+/// Runs `tool` against a system bus that takes the connection and never answers (a hung
+/// dbus-daemon), then sends SIGTERM while it waits: it must end at once with `status` (130 for
+/// a central tool, 0 for blserve) and nothing on stderr. Returns what differs, nil when
+/// nothing does.
+public func silentBusProblems(_ tool: String, _ arguments: [String], status expected: Int32) throws -> String? {
+    let silent = try SilentBus()
+    let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments,
+                            environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": silent.address]) { $1 })
+    usleep(500_000)
+    if child.hasEnded { return "ended before the signal: exit \(child.wait()), stderr \(String(decoding: Spawned.readAll(child.stderr), as: UTF8.self).debugDescription)" }
+    child.terminate()
+    let deadline = MonotonicClock.seconds() + 5
+    while !child.hasEnded && MonotonicClock.seconds() < deadline { usleep(20_000) }
+    guard child.hasEnded else {
+        kill(child.pid, SIGKILL)
+        child.wait()
+        return "still running 5 s after SIGTERM"
+    }
+    let said = String(decoding: Spawned.readAll(child.stderr), as: UTF8.self)
+    let status = child.wait()
+    if status == expected && said.isEmpty { return nil }
+    return "exit \(status), stderr \(said.debugDescription)"
+}
+
 /// Runs `tool` with a standard output it cannot write (open read-only, as a closed one is) and
 /// no system bus: it must end with 74 about stdout before it tries the bus (which would be 69).
 /// Returns what differs, nil when nothing does.

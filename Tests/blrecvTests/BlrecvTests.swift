@@ -21,6 +21,11 @@ final class BlrecvTests: XCTestCase {
         if let problems = try noBusProblems("blrecv", ["AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }
     }
 
+    /// A signal ends it while it waits for a system bus that does not answer (130).
+    func testSignalWhileTheBusSaysNothing() throws {
+        if let problems = try silentBusProblems("blrecv", ["AA:BB:CC:DD:EE:FF"], status: 130) { XCTFail(problems) }
+    }
+
     /// Output it cannot write is said (74) before anything else is tried.
     func testUnwritableStdoutIsAnErrorAtOnce() throws {
         if let problems = try unwritableStdoutProblems("blrecv", ["AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }

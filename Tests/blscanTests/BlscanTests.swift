@@ -41,6 +41,11 @@ final class BlscanTests: XCTestCase {
         if let problems = try noBusProblems("blscan", ["--timeout", "1"]) { XCTFail(problems) }
     }
 
+    /// A signal ends it while it waits for a system bus that does not answer (130).
+    func testSignalWhileTheBusSaysNothing() throws {
+        if let problems = try silentBusProblems("blscan", ["--timeout", "1"], status: 130) { XCTFail(problems) }
+    }
+
     /// Output it cannot write is said (74) before anything else is tried.
     func testUnwritableStdoutIsAnErrorAtOnce() throws {
         if let problems = try unwritableStdoutProblems("blscan", ["--timeout", "1"]) { XCTFail(problems) }

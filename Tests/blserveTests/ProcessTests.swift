@@ -106,6 +106,12 @@ final class ProcessTests: XCTestCase {
         XCTAssertTrue(stderr().contains("bluetoothd is not running"), stderr())
     }
 
+    /// A signal ends it cleanly (0, as `systemctl stop` expects) while it waits for a system bus
+    /// that does not answer.
+    func testSignalWhileTheBusSaysNothing() throws {
+        if let problems = try silentBusProblems("blserve", ["cat"], status: 0) { XCTFail(problems) }
+    }
+
     /// examples/seed000-handler answers like the seed 000 server (no network needed for these).
     func testSeedHandlerExample() throws {
         let handler = packageRoot.appendingPathComponent("examples/seed000-handler").path
