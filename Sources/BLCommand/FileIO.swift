@@ -153,6 +153,18 @@ public enum FileIO {
         return mode & O_ACCMODE == O_RDONLY ? Errno(EBADF) : nil
     }
 
+    /// Why `fd` cannot be read at all: not open, open write-only (EBADF; a closed stdin gets
+    /// /dev/null so, see ``Tool/reserveStandardDescriptors()``), or a directory (EISDIR, what a
+    /// read would fail with). Nil when it can be read.
+    public static func unreadable(_ fd: Int32) -> Errno? {
+        let mode = fcntl(fd, F_GETFL)
+        if mode < 0 { return Errno(errno) }
+        if mode & O_ACCMODE == O_WRONLY { return Errno(EBADF) }
+        var info = stat()
+        if fstat(fd, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR { return Errno(EISDIR) }
+        return nil
+    }
+
     /// A pipe whose ends are both close-on-exec from the start: (read end, write end).
     ///
     /// The corresponding C function is `pipe2(2)` with `O_CLOEXEC`.

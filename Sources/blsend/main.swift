@@ -49,5 +49,6 @@ Tool.run(spec) { options in
     } else if options.has("count") || options.has("timeout") {
         throw UsageError("--count and --timeout apply to replies; add --reply")
     }
+    try Tool.requireReadableStdin()
     try Send(target: target, options: send).run()
 }

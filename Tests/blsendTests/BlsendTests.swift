@@ -21,6 +21,22 @@ final class BlsendTests: XCTestCase {
         if let problems = try noBusProblems("blsend", ["AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }
     }
 
+    /// Input it cannot read is said (74) before the bus, a scan or a connection is tried.
+    func testUnreadableStdinIsAnErrorAtOnce() throws {
+        let blsend = productsDirectory.appendingPathComponent("blsend").path
+        for (redirection, problem) in [("< /", "Is a directory"), ("<&-", "Bad file descriptor")] {
+            let result = try runProgram("/bin/bash", ["-c", "exec \"$0\" AA:BB:CC:DD:EE:FF \(redirection)", blsend],
+                                        environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"])
+            XCTAssertEqual(result.status, 74, redirection)
+            XCTAssertEqual(result.stderr, "blsend: stdin: \(problem)\n", redirection)
+        }
+    }
+
+    /// A signal ends it while it waits for a system bus that does not answer (130).
+    func testSignalWhileTheBusSaysNothing() throws {
+        if let problems = try silentBusProblems("blsend", ["AA:BB:CC:DD:EE:FF"], status: 130) { XCTFail(problems) }
+    }
+
     /// Output it cannot write is said (74) before anything else is tried.
     func testUnwritableStdoutIsAnErrorAtOnce() throws {
         if let problems = try unwritableStdoutProblems("blsend", ["--reply", "AA:BB:CC:DD:EE:FF"]) { XCTFail(problems) }
