@@ -246,10 +246,15 @@ extension CommandSpec {
 
     /// A value given as the next argument that is one of this tool's options (or `--`) means
     /// the value was left out (`--images --json`): taking it would quietly do something else.
-    /// Attached (`--images=--json`, `-i--json`) it is taken as it is.
+    /// Attached (`--images=--json`, `-i--json`) it is taken as it is. A negative number is a
+    /// value even where it is also an option (`blscan --rssi-min -1`, where `-1` is `--first`).
     private func refuseOptionAsValue(_ next: String, for given: String, _ spec: OptionSpec) throws(UsageError) {
         let isOption: Bool
-        if next == "--" {
+        let digits = next.utf8.dropFirst()
+        if next.utf8.first == UInt8(ascii: "-"), let first = digits.first, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first),
+           digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") }) {
+            isOption = false
+        } else if next == "--" {
             isOption = true
         } else if next.hasPrefix("--") {
             isOption = option(long: String(next.dropFirst(2).prefix { $0 != "=" })) != nil

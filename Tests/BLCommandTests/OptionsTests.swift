@@ -53,6 +53,19 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(try spec.parse(["--code", "--other"]).string("code"), "--other")
     }
 
+    /// A negative number is a value even where it is also an option (blscan's `-1`):
+    /// `--rssi-min -1` means -1 dBm.
+    func testANegativeNumberIsAValueEvenWhenItIsAnOption() throws {
+        let digits = CommandSpec(name: "scan", usage: [""], summary: "",
+                                 options: [OptionSpec("first", short: "1", help: "first"),
+                                           OptionSpec("rssi-min", value: "DBM", help: "dBm")])
+        XCTAssertEqual(try digits.parse(["--rssi-min", "-1"]).string("rssi-min"), "-1")
+        XCTAssertFalse(try digits.parse(["--rssi-min", "-1"]).has("first"))
+        XCTAssertEqual(try digits.parse(["--rssi-min", "-1.5"]).string("rssi-min"), "-1.5")
+        XCTAssertTrue(try digits.parse(["-1", "--rssi-min=-3"]).has("first"))
+        XCTAssertThrowsError(try digits.parse(["--rssi-min", "--first"]))
+    }
+
     func testOperandsMayBeMixedWithOptions() throws {
         let parsed = try spec.parse(["AA:BB", "-d", "second"])
         XCTAssertEqual(parsed.operands, ["AA:BB", "second"])
