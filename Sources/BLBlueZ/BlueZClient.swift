@@ -94,10 +94,11 @@ public final class BlueZClient {
     public let loop: EventLoop
     public let bus: DBusConnection
 
-    /// Connects to the system bus (honouring DBUS_SYSTEM_BUS_ADDRESS).
     /// How long connecting to the system bus may take (registering with it).
     public static let busTimeout = 25.0
 
+    /// Connects to the system bus (honouring DBUS_SYSTEM_BUS_ADDRESS): 69 when it cannot, 75
+    /// when the bus takes the connection and does not answer within ``busTimeout``.
     public init(loop: EventLoop) throws(ToolError) {
         self.loop = loop
         do {

@@ -100,8 +100,9 @@ public final class DBusConnection {
         installLoopIntegration()
     }
 
-    /// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` is not set (the D-Bus
-    /// specification's, which libdbus uses too).
+    /// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` is not set: the D-Bus
+    /// specification's (`/var/run` is `/run` on current systems, where libdbus's own default
+    /// points).
     public static let systemBusDefaultAddress = "unix:path=/var/run/dbus/system_bus_socket"
 
     /// Opens a private connection to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set) and

@@ -23,7 +23,8 @@ let spec = CommandSpec(
       blscan --rssi-min -70 --json --timeout 30
 
     exit status: 0 success, 64 usage, 69 no adapter (or, with --first, no match in time),
-    74 output error, 75 bluetoothd or the system bus did not answer in time, 77 not permitted, 130 interrupted.
+    74 output error, 75 bluetoothd or the system bus did not answer in time, 77 not permitted,
+    130 interrupted.
     """
 )
 
