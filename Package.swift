@@ -29,7 +29,7 @@ let package = Package(
             pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
-        .target(name: "BLDBus", dependencies: ["CDBus", "BLCommand"]),
+        .target(name: "BLDBus", dependencies: ["CDBus", "CLinux", "BLCommand"]),
         .target(name: "BLBlueZ", dependencies: ["BLDBus", "BLCommand", "BLFrame"]),
         .executableTarget(name: "blframe", dependencies: ["BLFrame", "BLCommand"]),
         .executableTarget(name: "blscan", dependencies: ["BLBlueZ", "BLDBus", "BLCommand"]),

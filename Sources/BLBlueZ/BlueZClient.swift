@@ -99,10 +99,11 @@ public final class BlueZClient {
 
     /// Connects to the system bus (honouring DBUS_SYSTEM_BUS_ADDRESS): 69 when it cannot, 75
     /// when the bus takes the connection and does not answer within ``busTimeout``.
-    public init(loop: EventLoop) throws(ToolError) {
+    /// `opened`: see ``DBusConnection/init(address:loop:timeout:opened:)``.
+    public init(loop: EventLoop, opened: (() -> Void)? = nil) throws(ToolError) {
         self.loop = loop
         do {
-            bus = try DBusConnection.system(loop: loop, timeout: Self.busTimeout)
+            bus = try DBusConnection.system(loop: loop, timeout: Self.busTimeout, opened: opened)
         } catch where error.name == DBusError.Name.noReply {
             throw ToolError(.tempFail, "the system bus did not answer within \(formatSeconds(Self.busTimeout)) s")
         } catch {
@@ -204,8 +205,18 @@ extension BlueZClient {
     public static func session(_ body: (BlueZClient, InterruptWatch) throws -> Void) throws {
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        // Watched before connecting: a signal ends a tool waiting for a bus that does not answer.
-        let interrupted = InterruptWatch(loop: loop)
-        try interrupted.guarding { try body(try BlueZClient(loop: loop), interrupted) }
+        // Watched from the moment the bus's socket is connected (its connect() is libdbus's,
+        // blocking: until then a signal has its default action), so that a signal ends a tool
+        // waiting for a bus that does not answer as it ends any other wait.
+        var watch: InterruptWatch?
+        var client: BlueZClient?
+        do {
+            client = try BlueZClient(loop: loop) { watch = InterruptWatch(loop: loop) }
+        } catch {
+            if watch?.received != nil { throw ToolError.quiet(.interrupted) }
+            throw error
+        }
+        let interrupted = watch ?? InterruptWatch(loop: loop)
+        try interrupted.guarding { try body(client!, interrupted) }
     }
 }

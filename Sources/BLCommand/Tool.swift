@@ -103,12 +103,6 @@ public enum Tool {
         if let problem = FileIO.unwritable(1), let failure = ToolError.stdout(problem) { throw failure }
     }
 
-    /// Fails (74, "stdin: …") when standard input cannot be read at all, so that a tool that
-    /// would only read it after a scan or a connection says so first.
-    public static func requireReadableStdin() throws(ToolError) {
-        if let problem = FileIO.unreadable(0) { throw ToolError(.ioError, "stdin: \(problem)") }
-    }
-
     /// Writes a diagnostic line and exits with `code`.
     public static func exit(_ code: ExitCode, _ message: String) -> Never {
         warn(message)

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 internal import CDBus
+internal import CLinux
 import BLCommand
 
 /// A private connection to a message bus, driven by a BLCommand ``EventLoop``.
@@ -100,16 +101,23 @@ public final class DBusConnection {
         installLoopIntegration()
     }
 
-    /// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` is not set: the D-Bus
-    /// specification's (`/var/run` is `/run` on current systems, where libdbus's own default
-    /// points).
-    public static let systemBusDefaultAddress = "unix:path=/var/run/dbus/system_bus_socket"
+    /// The system bus's address when `DBUS_SYSTEM_BUS_ADDRESS` is not set: libdbus's own
+    /// default on Debian and other systemd systems (the D-Bus specification's `/var/run` is a
+    /// link to `/run` there).
+    public static let systemBusDefaultAddress = "unix:path=/run/dbus/system_bus_socket"
 
-    /// Opens a private connection to the system bus (`DBUS_SYSTEM_BUS_ADDRESS` when set) and
-    /// registers with it. See ``init(address:loop:timeout:)``.
-    public static func system(loop: EventLoop, timeout: Double = 25) throws(DBusError) -> DBusConnection {
-        let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) } ?? systemBusDefaultAddress
-        return try DBusConnection(address: address, loop: loop, timeout: timeout)
+    /// The system bus's address: `DBUS_SYSTEM_BUS_ADDRESS` unless it is empty or unset, or the
+    /// process runs with raised privileges (both as libdbus decides), else the default.
+    public static var systemBusAddress: String {
+        guard let value = cl_secure_getenv("DBUS_SYSTEM_BUS_ADDRESS"), value.pointee != 0 else { return systemBusDefaultAddress }
+        return String(cString: value)
+    }
+
+    /// Opens a private connection to the system bus and registers with it. See
+    /// ``init(address:loop:timeout:opened:)``.
+    public static func system(loop: EventLoop, timeout: Double = 25,
+                              opened: (() -> Void)? = nil) throws(DBusError) -> DBusConnection {
+        try DBusConnection(address: systemBusAddress, loop: loop, timeout: timeout, opened: opened)
     }
 
     /// Opens a private connection to the bus at `address` (e.g. `unix:path=/run/x/bus`) and
@@ -118,14 +126,20 @@ public final class DBusConnection {
     /// then says nothing gives NoReply after `timeout` seconds, and a signal stopping the loop
     /// ends the wait (Interrupted) instead of waiting behind a blocked signal.
     ///
+    /// `opened` runs once the socket is connected, before `Hello`: libdbus's `connect()` blocks
+    /// (while the bus's queue of connections is full), so a tool starts watching its signals
+    /// there, leaving them their default action until then.
+    ///
     /// The corresponding C functions are `dbus_connection_open_private` and
     /// `dbus_bus_set_unique_name` (manual registration).
-    public convenience init(address: String, loop: EventLoop, timeout: Double = 25) throws(DBusError) {
+    public convenience init(address: String, loop: EventLoop, timeout: Double = 25,
+                            opened: (() -> Void)? = nil) throws(DBusError) {
         _ = LibDBus.initialized
         try LibDBus.require(!address.utf8.contains(0), "invalid bus address")
         let raw = try LibDBus.check { e in dbus_connection_open_private(address, e) }
         // From here on a failure closes and releases `raw` (deinit).
         self.init(raw: raw, loop: loop)
+        opened?()
         let reply = try busCall("Hello", [], timeout: timeout)
         guard case .string(let name)? = reply.first, !name.isEmpty else {
             throw DBusError(name: DBusError.Name.failed, message: "the bus answered Hello without a name")

@@ -127,3 +127,7 @@ bool cl_signal_ignored(int signo) {
     struct sigaction current;
     return sigaction(signo, NULL, &current) == 0 && current.sa_handler == SIG_IGN;
 }
+
+const char *cl_secure_getenv(const char *name) {
+    return secure_getenv(name);
+}

@@ -49,6 +49,7 @@ Tool.run(spec) { options in
     } else if options.has("count") || options.has("timeout") {
         throw UsageError("--count and --timeout apply to replies; add --reply")
     }
-    try Tool.requireReadableStdin()
+    // Said before a scan or a connection, in the words of a failure after them.
+    if let problem = FileIO.unreadable(0) { throw ToolError(.ioError, "stdin: \(problem) (0 bytes confirmed)") }
     try Send(target: target, options: send).run()
 }

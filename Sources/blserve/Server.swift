@@ -356,13 +356,15 @@ extension Server {
         }
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        // Watched from the start: a signal before the registration ends blserve as cleanly (exit
-        // 0) as one after it.
-        let interrupts = InterruptWatch(loop: loop)
-        if let error = interrupts.setupError { throw ToolError(.osError, "cannot handle signals: \(error)") }
+        // Watched from the moment the bus's socket is connected: a signal before the registration
+        // ends blserve as cleanly (exit 0) as one after it. (Until then, while libdbus's connect()
+        // may block, a signal has its default action: nothing is started yet.)
+        var watch: InterruptWatch?
         let server: Server
-        do {
-            let client = try BlueZClient(loop: loop)
+        do throws(ToolError) {
+            let client = try BlueZClient(loop: loop) { watch = InterruptWatch(loop: loop) }
+            let interrupts = watch!
+            if let error = interrupts.setupError { throw ToolError(.osError, "cannot handle signals: \(error)") }
             var objects = try client.managedObjects()
             // No adapter at all yet (at boot, a Raspberry Pi's controller is attached after
             // bluetoothd has started): a server waits for one, as it does when one goes away.
@@ -376,13 +378,14 @@ extension Server {
             }
             let adapter = try client.adapter(named: config.adapter, in: objects)
             server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)
-        } catch where interrupts.received != nil {
+        } catch where watch?.received != nil {
             return  // the signal stopped a wait: not a failure
         } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
             throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")
         }
         // A signal seen by a wait that still succeeded stopped the loop all the same.
+        let interrupts = watch!
         if interrupts.received != nil { return }
         try server.run(interrupts: interrupts)
     }

@@ -272,6 +272,15 @@ final class DBusConnectionTests: BusTestCase {
         XCTAssertLessThan(MonotonicClock.seconds() - t0, 3)
     }
 
+    /// An empty DBUS_SYSTEM_BUS_ADDRESS is no address, as for libdbus: the default is used.
+    func testAnEmptySystemBusAddressMeansTheDefault() {
+        setenv("DBUS_SYSTEM_BUS_ADDRESS", "", 1)
+        defer { unsetenv("DBUS_SYSTEM_BUS_ADDRESS") }
+        XCTAssertEqual(DBusConnection.systemBusAddress, DBusConnection.systemBusDefaultAddress)
+        setenv("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/x", 1)
+        XCTAssertEqual(DBusConnection.systemBusAddress, "unix:path=/x")
+    }
+
     /// Exit-on-disconnect stays off; if it were on, killing the bus would _exit this test
     /// process.
     func testSystemBusHonoursTheAddressVariableAndSurvivesTheBusExiting() throws {

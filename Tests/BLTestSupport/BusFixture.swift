@@ -117,12 +117,14 @@ public final class BusFixture {
 
 /// A "bus" that takes connections and never answers, as a hung dbus-daemon would: a unix socket
 /// that listens and accepts nothing (the kernel completes connections up to the backlog).
+/// `full`: its queue of connections is full already, so that a blocking connect() waits.
 public final class SilentBus {
     public let directory: String
     public let address: String
     private let fd: Int32
+    private var waiting: Int32 = -1
 
-    public init() throws {
+    public init(full: Bool = false) throws {
         var template = Array("/tmp/bldbus-silent-XXXXXX".utf8CString)
         guard let dir = mkdtemp(&template) else { throw Errno.current }
         directory = String(cString: dir)
@@ -137,16 +139,25 @@ public final class SilentBus {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard bound == 0, listen(fd, full ? 0 : 16) == 0 else {
             let error = Errno.current
             Glibc.close(fd)
             throw error
         }
         self.fd = fd
         self.address = "unix:path=" + path
+        if full {
+            // A backlog of 0 takes one connection; this one fills the queue.
+            waiting = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(waiting, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard connected == 0 else { throw Errno.current }
+        }
     }
 
     deinit {
+        if waiting >= 0 { Glibc.close(waiting) }
         Glibc.close(fd)
         unlink(directory + "/bus")
         rmdir(directory)

@@ -105,10 +105,11 @@ public func noBusProblems(_ tool: String, _ arguments: [String]) throws -> Strin
 
 /// Runs `tool` against a system bus that takes the connection and never answers (a hung
 /// dbus-daemon), then sends SIGTERM while it waits: it must end at once with `status` (130 for
-/// a central tool, 0 for blserve) and nothing on stderr. Returns what differs, nil when
-/// nothing does.
-public func silentBusProblems(_ tool: String, _ arguments: [String], status expected: Int32) throws -> String? {
-    let silent = try SilentBus()
+/// a central tool, 0 for blserve) and nothing on stderr. With `full`, the bus's queue of
+/// connections is full, and the signal comes while libdbus's connect() waits (its default
+/// action then: 143). Returns what differs, nil when nothing does.
+public func silentBusProblems(_ tool: String, _ arguments: [String], status expected: Int32, full: Bool = false) throws -> String? {
+    let silent = try SilentBus(full: full)
     let child = try Spawned(productsDirectory.appendingPathComponent(tool).path, arguments,
                             environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": silent.address]) { $1 })
     usleep(500_000)

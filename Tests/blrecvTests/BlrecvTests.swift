@@ -24,6 +24,8 @@ final class BlrecvTests: XCTestCase {
     /// A signal ends it while it waits for a system bus that does not answer (130).
     func testSignalWhileTheBusSaysNothing() throws {
         if let problems = try silentBusProblems("blrecv", ["AA:BB:CC:DD:EE:FF"], status: 130) { XCTFail(problems) }
+        // The bus's queue of connections full: connect() blocks, and the signal ends it.
+        if let problems = try silentBusProblems("blrecv", ["AA:BB:CC:DD:EE:FF"], status: 143, full: true) { XCTFail(problems) }
     }
 
     /// Output it cannot write is said (74) before anything else is tried.

@@ -44,6 +44,8 @@ final class BlscanTests: XCTestCase {
     /// A signal ends it while it waits for a system bus that does not answer (130).
     func testSignalWhileTheBusSaysNothing() throws {
         if let problems = try silentBusProblems("blscan", ["--timeout", "1"], status: 130) { XCTFail(problems) }
+        // The bus's queue of connections full: connect() blocks, and the signal ends it.
+        if let problems = try silentBusProblems("blscan", ["--timeout", "1"], status: 143, full: true) { XCTFail(problems) }
     }
 
     /// Output it cannot write is said (74) before anything else is tried.

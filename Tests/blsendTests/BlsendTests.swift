@@ -28,13 +28,15 @@ final class BlsendTests: XCTestCase {
             let result = try runProgram("/bin/bash", ["-c", "exec \"$0\" AA:BB:CC:DD:EE:FF \(redirection)", blsend],
                                         environment: ["DBUS_SYSTEM_BUS_ADDRESS": "unix:path=/nonexistent/bus"])
             XCTAssertEqual(result.status, 74, redirection)
-            XCTAssertEqual(result.stderr, "blsend: stdin: \(problem)\n", redirection)
+            XCTAssertEqual(result.stderr, "blsend: stdin: \(problem) (0 bytes confirmed)\n", redirection)
         }
     }
 
     /// A signal ends it while it waits for a system bus that does not answer (130).
     func testSignalWhileTheBusSaysNothing() throws {
         if let problems = try silentBusProblems("blsend", ["AA:BB:CC:DD:EE:FF"], status: 130) { XCTFail(problems) }
+        // The bus's queue of connections full: connect() blocks, and the signal ends it.
+        if let problems = try silentBusProblems("blsend", ["AA:BB:CC:DD:EE:FF"], status: 143, full: true) { XCTFail(problems) }
     }
 
     /// Output it cannot write is said (74) before anything else is tried.

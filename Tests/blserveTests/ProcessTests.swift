@@ -110,6 +110,8 @@ final class ProcessTests: XCTestCase {
     /// that does not answer.
     func testSignalWhileTheBusSaysNothing() throws {
         if let problems = try silentBusProblems("blserve", ["cat"], status: 0) { XCTFail(problems) }
+        // The bus's queue of connections full: connect() blocks, and the signal ends it.
+        if let problems = try silentBusProblems("blserve", ["cat"], status: 143, full: true) { XCTFail(problems) }
     }
 
     /// examples/seed000-handler answers like the seed 000 server (no network needed for these).

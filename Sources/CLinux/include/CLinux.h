@@ -21,6 +21,10 @@ int cl_signalfd(int fd, const void *mask);
 // by another thread cannot inherit them. Returns 0, or -1 and errno.
 int cl_pipe_cloexec(int fds[2]);
 
+// secure_getenv(3): NULL when the process runs with raised privileges (setuid, file
+// capabilities), as libdbus reads its bus addresses. Not visible to Swift without _GNU_SOURCE.
+const char *cl_secure_getenv(const char *name);
+
 // What cl_spawn_on_thread writes to its `result_fd` when posix_spawn has returned: the caller's
 // `tag`, 0 or the errno value posix_spawn(p) returned, and the child's pid.
 struct cl_spawn_result {
