@@ -205,18 +205,24 @@ extension BlueZClient {
     public static func session(_ body: (BlueZClient, InterruptWatch) throws -> Void) throws {
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        // Watched from the moment the bus's socket is connected (its connect() is libdbus's,
-        // blocking: until then a signal has its default action), so that a signal ends a tool
-        // waiting for a bus that does not answer as it ends any other wait.
+        guard let (client, interrupted) = try connect(loop: loop) else { throw ToolError.quiet(.interrupted) }
+        try interrupted.guarding { try body(client, interrupted) }
+    }
+
+    /// Connects to the system bus with SIGINT, SIGTERM and SIGHUP watched from the moment its
+    /// socket is connected (that connect() is libdbus's, blocking: until then a signal has its
+    /// default action), so that a signal ends the wait for a bus that does not answer as it
+    /// ends any other wait. Nil when a signal did.
+    public static func connect(loop: EventLoop) throws(ToolError) -> (client: BlueZClient, interrupts: InterruptWatch)? {
         var watch: InterruptWatch?
-        var client: BlueZClient?
+        let client: BlueZClient
         do {
             client = try BlueZClient(loop: loop) { watch = InterruptWatch(loop: loop) }
         } catch {
-            if watch?.received != nil { throw ToolError.quiet(.interrupted) }
+            if watch?.received != nil { return nil }
             throw error
         }
-        let interrupted = watch ?? InterruptWatch(loop: loop)
-        try interrupted.guarding { try body(client!, interrupted) }
+        // `opened` has run: the connection was made.
+        return (client, watch!)
     }
 }

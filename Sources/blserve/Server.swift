@@ -356,15 +356,13 @@ extension Server {
         }
         let loop = EventLoop()
         Tool.queueDiagnostics(on: loop)
-        // Watched from the moment the bus's socket is connected: a signal before the registration
-        // ends blserve as cleanly (exit 0) as one after it. (Until then, while libdbus's connect()
-        // may block, a signal has its default action: nothing is started yet.)
-        var watch: InterruptWatch?
+        // Signals are watched from the moment the bus's socket is connected: one before the
+        // registration ends blserve as cleanly (exit 0) as one after it. (Until then, while
+        // libdbus's connect() may block, a signal has its default action: nothing is started.)
+        guard let (client, interrupts) = try BlueZClient.connect(loop: loop) else { return }
+        if let error = interrupts.setupError { throw ToolError(.osError, "cannot handle signals: \(error)") }
         let server: Server
-        do throws(ToolError) {
-            let client = try BlueZClient(loop: loop) { watch = InterruptWatch(loop: loop) }
-            let interrupts = watch!
-            if let error = interrupts.setupError { throw ToolError(.osError, "cannot handle signals: \(error)") }
+        do {
             var objects = try client.managedObjects()
             // No adapter at all yet (at boot, a Raspberry Pi's controller is attached after
             // bluetoothd has started): a server waits for one, as it does when one goes away.
@@ -378,14 +376,13 @@ extension Server {
             }
             let adapter = try client.adapter(named: config.adapter, in: objects)
             server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)
-        } catch where watch?.received != nil {
+        } catch where interrupts.received != nil {
             return  // the signal stopped a wait: not a failure
         } catch where error.message.contains("org.freedesktop.DBus.Error.Spawn") {
             // The bus tried to start org.bluez on demand and could not: bluetoothd is not running.
             throw ToolError(.unavailable, "bluetoothd is not running (\(error.message))")
         }
         // A signal seen by a wait that still succeeded stopped the loop all the same.
-        let interrupts = watch!
         if interrupts.received != nil { return }
         try server.run(interrupts: interrupts)
     }
