@@ -114,7 +114,6 @@ public final class BusFixture {
     deinit { stop() }
 }
 
-
 /// A "bus" that takes connections and never answers, as a hung dbus-daemon would: a unix socket
 /// that listens and accepts nothing (the kernel completes connections up to the backlog).
 /// `full`: its queue of connections is full already, so that a blocking connect() waits.
@@ -136,10 +135,13 @@ public final class SilentBus {
         withUnsafeMutableBytes(of: &address.sun_path) { sunPath in
             for (i, byte) in path.utf8.enumerated() { sunPath[i] = byte }
         }
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        // bind(2) or connect(2) with that address.
+        func using(_ call: (UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
         }
-        guard bound == 0, listen(fd, full ? 0 : 16) == 0 else {
+        guard using({ bind(fd, $0, $1) }) == 0, listen(fd, full ? 0 : 16) == 0 else {
             let error = Errno.current
             Glibc.close(fd)
             throw error
@@ -149,10 +151,8 @@ public final class SilentBus {
         if full {
             // A backlog of 0 takes one connection; this one fills the queue.
             waiting = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            let connected = withUnsafePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(waiting, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            guard connected == 0 else { throw Errno.current }
+            let client = waiting
+            guard using({ connect(client, $0, $1) }) == 0 else { throw Errno.current }
         }
     }
 
