@@ -1,6 +1,6 @@
 # fish completion for blrecv
 complete -c blrecv -f
-complete -c blrecv -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Adapter to use'
+complete -c blrecv -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null | string match -v "*:*")' -d 'Adapter to use'
 complete -c blrecv -l service -x -d 'Service UUID'
 complete -c blrecv -l char -x -d 'Characteristic UUID'
 complete -c blrecv -l nus -d 'Nordic UART Service'

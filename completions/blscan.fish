@@ -1,6 +1,6 @@
 # fish completion for blscan
 complete -c blscan -f
-complete -c blscan -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Adapter to scan with'
+complete -c blscan -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null | string match -v "*:*")' -d 'Adapter to scan with'
 complete -c blscan -s s -l service -x -d 'Only devices advertising this service UUID'
 complete -c blscan -l name -x -d 'Only devices with this name'
 complete -c blscan -l rssi-min -x -d 'Only devices heard at least this strongly (dBm)'

@@ -1,6 +1,6 @@
 # fish completion for blsend
 complete -c blsend -f
-complete -c blsend -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Adapter to use'
+complete -c blsend -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null | string match -v "*:*")' -d 'Adapter to use'
 complete -c blsend -l service -x -d 'Service UUID'
 complete -c blsend -l char -x -d 'Characteristic UUID'
 complete -c blsend -l nus -d 'Nordic UART Service'

@@ -5,6 +5,8 @@ _blserve() {
     prev=${COMP_WORDS[COMP_CWORD-1]}
     # A value given after '=': bash makes the '=' a word of its own.
     if [[ $cur == = ]]; then cur=; elif [[ $prev == = ]]; then prev=${COMP_WORDS[COMP_CWORD-2]}; fi
+    # Flags bundled with an option that takes a value (-vm raw): the value is the next word.
+    [[ $prev =~ ^-[^-mancrt]*([mancrt])$ ]] && prev=-${BASH_REMATCH[1]}
     # After COMMAND (the first operand) or --, complete COMMAND's own arguments as files.
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
@@ -15,6 +17,8 @@ _blserve() {
             -m|--mode|-a|--adapter|-n|--name|--service|--char|-c|--reply-code|-r|--reply|--doorbell|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
                 [[ ${COMP_WORDS[i+1]} == = ]] && ((i++))
                 ((i++)) ;;
+            -[!-]*)
+                [[ ${COMP_WORDS[i]} =~ ^-[^-mancrt]*[mancrt]$ ]] && ((i++)) ;;
             -*) ;;
             *) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
         esac
@@ -33,7 +37,7 @@ _blserve() {
             COMPREPLY=($(compgen -W 'early ready' -- "$cur"))
             return ;;
         -a|--adapter)
-            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null)" -- "$cur"))
+            COMPREPLY=($(compgen -W "$(ls /sys/class/bluetooth 2>/dev/null | grep -v :)" -- "$cur"))
             return ;;
         -n|--name|--service|--char|--chunk|-t|--handler-timeout|--max-frame|--max-queue|--max-held|--max-buffered|--allow)
             return ;;

@@ -20,6 +20,9 @@ function __blserve_part
             set part command
         else if contains -- $w $with_value
             set skip 1
+        else if string match -qr -- '^-[^-mancrt]*[mancrt]$' $w
+            # flags bundled with an option whose value is the next word (-vm raw)
+            set skip 1
         else if not string match -q -- '-*' $w
             echo arguments
             return
@@ -46,7 +49,7 @@ function __blserve_wants_command
     end
 end
 complete -c blserve -n __blserve_in_options -s m -l mode -x -a 'frame raw stream' -d 'Frame, raw or stream mode'
-complete -c blserve -n __blserve_in_options -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null)' -d 'Use this adapter'
+complete -c blserve -n __blserve_in_options -s a -l adapter -x -a '(ls /sys/class/bluetooth 2>/dev/null | string match -v "*:*")' -d 'Use this adapter'
 complete -c blserve -n __blserve_in_options -s n -l name -x -d 'Advertised name'
 complete -c blserve -n __blserve_in_options -l service -x -d 'Service UUID'
 complete -c blserve -n __blserve_in_options -l char -x -d 'Characteristic UUID'

@@ -29,17 +29,17 @@ public struct CentralTarget {
     /// Seconds a pairing may take: the other side may ask a person (a phone shows a dialog).
     public static let pairingTimeout: Double = 30
 
-    /// The options, for a tool's CommandSpec.
-    public static let options: [OptionSpec] = [
+    /// The options, for a tool's CommandSpec: `nus` says what `--nus` means to it.
+    public static func options(nus: String) -> [OptionSpec] { [
         AdapterOption.spec,
         OptionSpec("service", value: "UUID", help: "service UUID (16- or 128-bit); default: the RaspBLE service"),
         OptionSpec("char", value: "UUID", help: "characteristic UUID; default: the RaspBLE characteristic"),
-        OptionSpec("nus", help: "Nordic UART Service: write to 6e400002-…, notifications from 6e400003-…"),
+        OptionSpec("nus", help: nus),
         OptionSpec("scan-timeout", value: "S", help: "seconds to scan for DEV when bluetoothd does not know it (10)"),
         OptionSpec("connect-timeout", value: "S", help: "seconds to connect and resolve services (10)"),
         OptionSpec("pair", help: "pair with DEV (Just Works, no PIN) unless already paired: for devices that want an encrypted link"),
         OptionSpec("verbose", short: "v", help: "say on stderr what is being done (adapter, device, MTU, rate)"),
-    ]
+    ] }
 
     public init(_ options: ParsedOptions) throws {
         guard !options.operands[0].isEmpty else { throw UsageError("DEV is empty: give an address or a name") }

@@ -62,6 +62,40 @@ public struct CommandSpec: Sendable {
 
     public func option(long: String) -> OptionSpec? { options.first { $0.long == long } }
     public func option(short: Character) -> OptionSpec? { options.first { $0.short == short } }
+
+    /// Whether a command line that did not parse still asks for `--help` (also as `-h`, alone or
+    /// in a bundle of flags such as `-vh`) or `--version`: those win over other mistakes on the
+    /// same line. Only words before a `--` count, and for a tool whose first operand ends its
+    /// options, only those before that operand. The value of an option that takes one is skipped
+    /// (`--images -h` still asks for help, as the parser refuses an option as a value); in a
+    /// bundle, the letters after one that takes a value are that value.
+    public func helpOrVersionAsked(in arguments: [String]) -> (help: Bool, version: Bool) {
+        var help = false, version = false
+        var valueNext = false
+        for word in arguments {
+            if valueNext && !word.hasPrefix("-") { valueNext = false; continue }
+            valueNext = false
+            if word == "--" || (operandsEndOptions && !word.hasPrefix("-")) { break }
+            if word == "--help" { help = true }
+            if word == "--version" { version = true }
+            if word.hasPrefix("--") {
+                if let spec = option(long: String(word.dropFirst(2))), spec.takesValue { valueNext = true }
+                continue
+            }
+            guard word.hasPrefix("-") else { continue }
+            var letters = word.dropFirst()
+            while let letter = letters.first {
+                letters = letters.dropFirst()
+                if letter == "h" { help = true }
+                guard let spec = option(short: letter) else { break }
+                if spec.takesValue {
+                    valueNext = letters.isEmpty
+                    break
+                }
+            }
+        }
+        return (help, version)
+    }
 }
 
 /// A usage error: bad options or operands. Exit status 64.
@@ -106,7 +140,9 @@ public struct ParsedOptions: Sendable {
     public func int(_ long: String, in range: ClosedRange<Int>) throws(UsageError) -> Int? {
         guard let text = string(long) else { return nil }
         guard let value = Int(text), range.contains(value) else {
-            throw UsageError("--\(long) wants an integer from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+            let wanted = range.upperBound < Int.max ? "an integer from \(range.lowerBound) to \(range.upperBound)"
+                : range.lowerBound == 1 ? "a positive integer" : "an integer of at least \(range.lowerBound)"
+            throw UsageError("--\(long) wants \(wanted), not '\(text)'")
         }
         return value
     }
@@ -132,15 +168,18 @@ public struct ParsedOptions: Sendable {
         return value
     }
 
-    /// One of the option's ``OptionSpec/choices``, or nil when absent.
-    public func choice(_ long: String) throws(UsageError) -> String? {
+    /// One of the option's ``OptionSpec/choices``, or nil when absent. With `ignoringCase`
+    /// (frame codes: `-c t` as `-c T`, as blframe takes them) the choice is returned as the
+    /// OptionSpec spells it.
+    public func choice(_ long: String, ignoringCase: Bool = false) throws(UsageError) -> String? {
         guard let text = string(long) else { return nil }
         let choices = choicesByName[long] ?? []
         precondition(!choices.isEmpty, "--\(long) has no choices in its OptionSpec")
-        guard choices.contains(text) else {
+        let chosen = ignoringCase ? choices.first { $0.lowercased() == text.lowercased() } : choices.first { $0 == text }
+        guard let chosen else {
             throw UsageError("--\(long) wants one of \(choices.joined(separator: ", ")), not '\(text)'")
         }
-        return text
+        return chosen
     }
 }
 

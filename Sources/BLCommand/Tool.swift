@@ -130,9 +130,9 @@ public enum Tool {
             // --help and --version win over other mistakes on the same line (before a `--`,
             // or for a tool whose first operand ends its options, before that: after them
             // they are operands).
-            let leading = arguments.prefix { $0 != "--" && (!spec.operandsEndOptions || $0.hasPrefix("-")) }
-            if leading.contains("--help") || leading.contains("-h") { printHelp(spec) }
-            if leading.contains("--version") { printVersion(spec) }
+            let asked = spec.helpOrVersionAsked(in: arguments)
+            if asked.help { printHelp(spec) }
+            if asked.version { printVersion(spec) }
             exit(.usage, "\(error.message); try '\(spec.name) --help'")
         }
         if options.has("help") { printHelp(spec) }
@@ -233,16 +233,36 @@ extension CommandSpec {
             return label
         }
         let width = min(labels.map(\.count).max() ?? 0, 30)
+        let indent = String(repeating: " ", count: width + 4)
         for (option, label) in zip(options, labels) {
+            let help = wrapped(option.help, indent: indent)
             if label.count > width {
-                text += "  " + label + "\n" + String(repeating: " ", count: width + 4) + option.help + "\n"
+                text += "  " + label + "\n" + indent + help + "\n"
             } else {
-                text += "  " + label + String(repeating: " ", count: width - label.count + 2) + option.help + "\n"
+                text += "  " + label + String(repeating: " ", count: width - label.count + 2) + help + "\n"
             }
         }
         if !epilog.isEmpty { text += "\n" + epilog + (epilog.hasSuffix("\n") ? "" : "\n") }
         return text
     }
+}
+
+/// `text` cut at spaces into lines of at most `columns` characters after `indent` (a longer word
+/// gets a line of its own), the lines after the first indented.
+func wrapped(_ text: String, indent: String, columns: Int = 100) -> String {
+    let room = max(columns - indent.count, 20)
+    var lines: [String] = []
+    var line = ""
+    for word in text.split(separator: " ", omittingEmptySubsequences: false) {
+        if !line.isEmpty && line.count + 1 + word.count > room {
+            lines.append(line)
+            line = String(word)
+        } else {
+            line += (line.isEmpty ? "" : " ") + word
+        }
+    }
+    lines.append(line)
+    return lines.joined(separator: "\n" + indent)
 }
 
 /// "10" or "2.5".

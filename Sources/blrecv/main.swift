@@ -10,7 +10,7 @@ let spec = CommandSpec(
     ready" doorbell) is followed by reads of the characteristic until one returns an empty value,
     and every value read is written in order.
     """,
-    options: CentralTarget.options + [
+    options: CentralTarget.options(nus: "Nordic UART Service: its TX characteristic, 6e400003-…") + [
         OptionSpec("no-pull", help: "do not read after an N0000000 notification"),
         OptionSpec("read", short: "r", help: "read the value once (whole, through offsets), write it and exit"),
         OptionSpec("eom", help: "exit 0 at a notification equal to EOM (not written)"),
@@ -23,7 +23,8 @@ let spec = CommandSpec(
     examples:
       blrecv my-pi | blframe -d --images ./out
       blrecv --nus --eom AA:BB:CC:DD:EE:FF > received.txt
-      blrecv --service bf9cb85f-620c-4a67-bdd2-1a64213f74ca --char 5f83e23f-bca1-42b3-b6f2-ea82be46a93d --read my-ble
+      blrecv --read --service bf9cb85f-620c-4a67-bdd2-1a64213f74ca \\
+          --char 5f83e23f-bca1-42b3-b6f2-ea82be46a93d my-ble
 
     exit status: 0 success (also when the reader of stdout goes away, as with | head, and when
     the device disconnects after data unless --eom waits for EOM), 64 usage, 65 value refused

@@ -9,7 +9,7 @@ let spec = CommandSpec(
     it arrives, in pieces that fit the link. Exit 0 only when all of it was written and, for
     write requests, acknowledged.
     """,
-    options: CentralTarget.options + [
+    options: CentralTarget.options(nus: "Nordic UART Service: write to 6e400002-…, with --reply notifications from 6e400003-…") + [
         OptionSpec("write", short: "w", value: "TYPE", choices: ["request", "command"],
                    help: "request (acknowledged) or command; default request when allowed"),
         OptionSpec("eom", help: "after standard input ends, write EOM as its own write"),

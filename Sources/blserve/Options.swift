@@ -126,7 +126,7 @@ struct ServeConfig: Equatable {
         notifyUUID = layout.notify
         if serviceUUID == writeUUID { throw UsageError("--service and --char must differ") }
         writeWithoutResponse = options.has("write-without-response")
-        if let code = try options.choice("reply-code") {
+        if let code = try options.choice("reply-code", ignoringCase: true) {
             switch code {
             case "auto": replyCode = .auto
             case "raw": replyCode = .raw

@@ -81,6 +81,26 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(parsed.count("verbose"), 1)
     }
 
+    func testHelpAndVersionAreFoundOnALineThatDoesNotParse() {
+        XCTAssertTrue(spec.helpOrVersionAsked(in: ["-vh"]).help, "-h in a bundle of flags")
+        XCTAssertTrue(spec.helpOrVersionAsked(in: ["-dvh", "a", "b", "c"]).help)
+        XCTAssertFalse(spec.helpOrVersionAsked(in: ["-ch"]).help, "h is the value of -c")
+        XCTAssertFalse(spec.helpOrVersionAsked(in: ["-vch", "x", "y", "z"]).help)
+        XCTAssertFalse(spec.helpOrVersionAsked(in: ["--", "-h"]).help, "an operand after --")
+        XCTAssertFalse(spec.helpOrVersionAsked(in: ["-x", "--", "--version"]).version)
+        XCTAssertTrue(spec.helpOrVersionAsked(in: ["--bogus", "--version"]).version)
+        XCTAssertTrue(spec.helpOrVersionAsked(in: ["--code", "-h"]).help, "refused as a value, so asked for")
+
+        let serve = CommandSpec(name: "serve", usage: ["-- CMD"], summary: "",
+                                options: [OptionSpec("verbose", short: "v", help: ""),
+                                          OptionSpec("mode", short: "m", value: "MODE", help: "")],
+                                operands: 1...Int.max, operandsEndOptions: true)
+        XCTAssertTrue(serve.helpOrVersionAsked(in: ["-m", "raw", "-vh", "cat"]).help, "a value is not COMMAND")
+        XCTAssertTrue(serve.helpOrVersionAsked(in: ["--mode", "raw", "--help"]).help)
+        XCTAssertFalse(serve.helpOrVersionAsked(in: ["-vm", "raw", "cat", "-h"]).help, "-h is COMMAND's")
+        XCTAssertFalse(serve.helpOrVersionAsked(in: ["cat", "--version"]).version)
+    }
+
     func testRepeatedValuesKeepOrder() throws {
         let parsed = try spec.parse(["--allow", "A", "--allow=B"])
         XCTAssertEqual(parsed.strings("allow"), ["A", "B"])
@@ -136,6 +156,8 @@ final class OptionsTests: XCTestCase {
         XCTAssertThrowsError(try modes.parse(["--mode=Push"]).choice("mode")) { error in
             XCTAssertEqual((error as? UsageError)?.message, "--mode wants one of pull, push, not 'Push'")
         }
+        XCTAssertEqual(try modes.parse(["--mode=Push"]).choice("mode", ignoringCase: true), "push")
+        XCTAssertThrowsError(try modes.parse(["--mode=pus"]).choice("mode", ignoringCase: true))
     }
 
     func testByteCounts() {
@@ -157,5 +179,32 @@ final class OptionsTests: XCTestCase {
         }
         XCTAssertTrue(help.contains("-c, --code CODE"))
         XCTAssertTrue(help.contains("    --timeout S"))
+    }
+
+    func testAnOpenEndedIntegerRangeIsSaidInWords() {
+        let parsed = try! spec.parse(["--timeout", "0"])
+        XCTAssertThrowsError(try parsed.int("timeout", in: 1...Int.max)) { error in
+            XCTAssertEqual((error as? UsageError)?.message, "--timeout wants a positive integer, not '0'")
+        }
+        XCTAssertThrowsError(try parsed.int("timeout", in: 5...Int.max)) { error in
+            XCTAssertEqual((error as? UsageError)?.message, "--timeout wants an integer of at least 5, not '0'")
+        }
+        XCTAssertThrowsError(try parsed.int("timeout", in: 1...9)) { error in
+            XCTAssertEqual((error as? UsageError)?.message, "--timeout wants an integer from 1 to 9, not '0'")
+        }
+    }
+
+    func testLongOptionHelpIsWrappedUnderItsColumn() {
+        let words = (1...40).map { "word\($0)" }.joined(separator: " ")
+        let wordy = CommandSpec(name: "t", usage: [], summary: "", options: [OptionSpec("wordy", help: words)])
+        let lines = wordy.helpText.split(separator: "\n", omittingEmptySubsequences: false)
+        let first = lines.firstIndex { $0.hasPrefix("      --wordy") }!
+        let block = lines[first...].prefix { $0.hasPrefix("      --wordy") || $0.hasPrefix("               ") }
+        XCTAssertGreaterThan(block.count, 2)
+        XCTAssertTrue(block.allSatisfy { $0.count <= 100 }, "\(block)")
+        // Every word once, in order, and the continuation lines start where the help starts.
+        let column = block.first!.range(of: "word1")!.lowerBound.utf16Offset(in: block.first!)
+        XCTAssertTrue(block.dropFirst().allSatisfy { $0.prefix(column).allSatisfy { $0 == " " } && $0.dropFirst(column).first != " " })
+        XCTAssertEqual(block.map { $0.dropFirst(column) }.joined(separator: " "), words)
     }
 }
