@@ -56,9 +56,10 @@ final class RawMode: ServeMode {
         /// COMMAND has exited while something it started still holds its stdout.
         var graceTimer: TimerToken?
 
-        init(device: String, queue: Int) {
+        init(device: String) {
             self.device = device
-            replies = ReplyQueue(capacity: queue)
+            // Bounded in bytes by ``RawMode/outputHasRoom(_:)``, not in pieces.
+            replies = ReplyQueue(capacity: .max)
         }
     }
 
@@ -71,8 +72,10 @@ final class RawMode: ServeMode {
     /// Stdin bytes held at most; write commands beyond it are dropped (bluetoothd acknowledged
     /// them already, so there is no way to push back).
     static let stdinLimit = 1 << 20
-    /// Stdout chunks held for reads (each at most one read buffer, 64 KiB).
-    static let readQueueChunks = 16
+    /// Stdout bytes held for reads before stdout waits. Counted in bytes, also what comes back
+    /// from the notifier when pushing stops: counted in pieces, output merged for a push and
+    /// diverted back as one piece made room for more each time another central came and went.
+    static let readQueueBytes = 1 << 20
 
     init(server: Server) {
         self.server = server
@@ -92,7 +95,7 @@ final class RawMode: ServeMode {
             sessions[device] = nil
         }
         let s = sessions[device] ?? {
-            let s = Session(device: device, queue: Self.readQueueChunks)
+            let s = Session(device: device)
             sessions[device] = s
             return s
         }()
@@ -345,7 +348,7 @@ final class RawMode: ServeMode {
     private func outputHasRoom(_ s: Session) -> Bool {
         if s.gone { return true }  // read and discard, so COMMAND can finish
         if server.notifier.pendingBytes >= server.notifier.lowWater { return false }
-        return s.replies.count < s.replies.capacity
+        return s.replies.pendingBytes < Self.readQueueBytes
     }
 
     private func updateStdoutWatch(_ s: Session) {
@@ -429,7 +432,8 @@ final class RawMode: ServeMode {
         if s.gone || bytes.isEmpty { return }
         let wasEmpty = s.replies.isEmpty
         // Stdout is read only while there is room, but output diverted from the notifier was
-        // read earlier: it may go over the cap (by at most the notifier's low-water mark).
+        // read earlier: it may go over the cap, by what was pushed (which came from under the
+        // cap, or from the notifier's low-water mark), and stdout then waits until it is read.
         s.replies.append(bytes, evenIfFull: true)
         if wasEmpty {
             // The doorbell of raw mode: an empty notification adds no bytes to anyone's stream.

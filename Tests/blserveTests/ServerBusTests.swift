@@ -1179,6 +1179,38 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.readAll(from: a), [], "the same bytes must not also wait to be read")
     }
 
+    /// What raw mode holds for a central is bounded in bytes, however often pushing stops and
+    /// starts: another central coming and going (any device in range can connect) moved output
+    /// waiting in the notifier back to the read queue as one piece, and a cap counted in pieces
+    /// then let stdout be read again; merged for the next push and diverted back again, the
+    /// queue grew by about a megabyte each time.
+    func testRawModeHoldsBoundedOutputWhileAnotherCentralComesAndGoes() throws {
+        try start(["--mode", "raw", "sh", "-c", "exec cat /dev/zero"])
+        try bluez.setConnected(a, true)
+        ok(bluez.write(Array("go".utf8), from: a, mtu: 517))
+        let raw = try XCTUnwrap(server.mode as? RawMode)
+        func held() -> Int { (raw.sessions[a]?.replies.pendingBytes ?? 0) + server.notifier.pendingBytes }
+        // Not subscribed: the output waits to be read, up to the cap.
+        XCTAssertTrue(loop.run(until: { held() >= RawMode.readQueueBytes }, timeout: 10))
+        try bluez.startNotify(device: a, mtu: 517)
+        // A bluetoothd slower than blserve: its socket takes a little now and then.
+        bluez.pauseSocketReads(true)
+        var most = 0
+        for _ in 0..<6 {
+            settle(0.2)
+            try bluez.setConnected(b, true)
+            bluez.pauseSocketReads(false)
+            settle(0.02)
+            bluez.pauseSocketReads(true)
+            settle(0.3)
+            most = max(most, held())
+            try bluez.setConnected(b, false)
+            settle(0.2)
+            most = max(most, held())
+        }
+        XCTAssertLessThan(most, RawMode.readQueueBytes + 512 * 1024, "held \(most) bytes for one central")
+    }
+
     /// A socket carries a central's output only while that central is the only one connected
     /// and the socket is its own: from BlueZ 5.76 a socket reaches its central only, up to 5.75
     /// every subscriber (bluez-notes §3.8). Otherwise the output is a signal.
