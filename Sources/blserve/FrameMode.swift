@@ -205,10 +205,13 @@ final class FrameMode: ServeMode {
         if let c = centrals[device] { drop(c) } else if doorbellWaiting { ringIfClear() }
     }
 
-    /// The centrals a doorbell may reach: those connected, and those with requests or replies
-    /// (a connection bluetoothd has not signalled yet).
+    /// The centrals whose chains of reads a doorbell waits for: those connected, and those with
+    /// requests or replies (a connection bluetoothd has not signalled yet). Not one that --allow
+    /// refuses: it can never read, and any device in range could otherwise hold every doorbell
+    /// back by connecting.
     private var listeners: Set<String> {
-        server.peripheral.connectedCentrals.union(centrals.values.lazy.filter { !$0.gone }.map(\.device))
+        server.peripheral.connectedCentrals.filter(server.isAllowed)
+            .union(centrals.values.lazy.filter { !$0.gone }.map(\.device))
     }
 
     func notifyingChanged(_ on: Bool) {}

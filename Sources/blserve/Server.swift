@@ -211,6 +211,11 @@ final class Server {
         return true
     }
 
+    /// Whether --allow lets `device` (an object path) read and write.
+    func isAllowed(_ device: String) -> Bool {
+        config.allow.isEmpty || address(ofDevice: device).map(config.allow.contains) == true
+    }
+
     /// The last device path admit() saw, and its address (every GATT call names its central,
     /// mostly the same one).
     private var lastDevice: (path: String, address: String)?

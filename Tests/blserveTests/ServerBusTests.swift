@@ -593,6 +593,25 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T0000001x")
     }
 
+    /// A connected central that --allow refuses can never read, so no doorbell waits for it to
+    /// end a chain of reads: one had held every doorbell after the first for 2 s (the wait for a
+    /// stalled reader), and any device in range could slow the server down that way.
+    func testACentralThatAllowRefusesHoldsNoDoorbellBack() throws {
+        try start(["--allow", "00:00:00:00:00:01", "cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        for i in 0..<3 {
+            bluez.clearNotifications()
+            let started = MonotonicClock.seconds()
+            ok(bluez.write(frame("T", "hi\(i)"), from: a))
+            XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
+            XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "doorbell \(i) held back")
+            XCTAssertEqual(bluez.notifications.first, Array("N0000000".utf8))
+            XCTAssertEqual(reply(for: a), "T0000003hi\(i)")
+        }
+    }
+
     func testCrashingAndHangingHandlersThenAGoodRequest() throws {
         let script = "b=$(cat); case $b in crash) kill -SEGV $$;; hang) sleep 60;; fail) exit 3;; *) printf %s \"$b\";; esac"
         try start(["--handler-timeout", "0.5", "sh", "-c", script])
