@@ -114,10 +114,13 @@ final class RawMode: ServeMode {
             call.fail(WriteRefusal.invalidOffset(offset: options.offset, expected: s.valueLength).dbusError)
             return
         }
+        // A piece refused below leaves the value as it was: the central may send it again at
+        // the same offset.
+        let lengthBefore = s.valueLength
         s.valueLength = (options.offset == 0 ? 0 : s.valueLength) + value.count
         if s.process == nil && s.starting == nil {
             guard start(s) else {
-                s.valueLength = 0
+                s.valueLength = lengthBefore
                 call.fail(GattError.application(0x83))
                 return
             }
@@ -127,13 +130,14 @@ final class RawMode: ServeMode {
         // COMMAND's input, as a write after the run would be, and that COMMAND starts as the
         // run ends.
         if s.starting != nil || s.process?.status != nil {
-            hold(s, value, call)
+            if !hold(s, value, call) { s.valueLength = lengthBefore }
             return
         }
         // Once COMMAND has closed its stdin, what the central writes goes nowhere: that is its
         // business, as when it ignores its input.
         if !value.isEmpty, let stdin = s.stdin {
             if stdin.queuedCount + value.count > Self.stdinLimit {
+                s.valueLength = lengthBefore
                 dropping(s, call)
                 return
             }
@@ -149,12 +153,12 @@ final class RawMode: ServeMode {
         }
     }
 
-    /// Keeps a write for the COMMAND being (or to be) started.
-    private func hold(_ s: Session, _ value: [UInt8], _ call: IncomingCall) {
+    /// Keeps a write for the COMMAND being (or to be) started; false when it was refused.
+    private func hold(_ s: Session, _ value: [UInt8], _ call: IncomingCall) -> Bool {
         if !value.isEmpty {
             guard s.held.count + value.count <= Self.stdinLimit else {
                 dropping(s, call)
-                return
+                return false
             }
             s.held += value
             if !call.expectsReply { s.heldUnanswered = true }
@@ -164,6 +168,7 @@ final class RawMode: ServeMode {
         } else {
             call.reply([])
         }
+        return true
     }
 
     /// What was held goes nowhere (its COMMAND cannot start, or its central left): write

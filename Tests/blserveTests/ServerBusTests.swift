@@ -982,6 +982,38 @@ final class ServerBusTests: XCTestCase {
 
     /// Write commands over the limit while COMMAND is still starting: it gets what was held, then
     /// end of file.
+    /// A piece of a long write refused because COMMAND has 1 MiB unread (0x82) can be sent
+    /// again at the same offset once it reads: the refused piece is not counted in the value.
+    func testRawModeAcceptsARefusedPieceAgainAtItsOffset() throws {
+        let dir = try scratchDirectory()
+        let out = dir + "/in"
+        let go = dir + "/go"
+        try start(["--mode", "raw", "--write-without-response", "sh", "-c",
+                   "while [ ! -e \(go) ]; do sleep 0.05; done; exec cat > \(out)"])
+        try bluez.setConnected(a, true)
+        let raw = try XCTUnwrap(server.mode as? RawMode)
+        // Write commands until one more piece would not fit what blserve holds for COMMAND.
+        let piece = [UInt8](repeating: 0x61, count: 510)
+        var sent = 0
+        func queued() -> Int { raw.sessions[a]?.stdin?.queuedCount ?? 0 }
+        repeat {
+            try bluez.writeCommand(piece, from: a, mtu: 517)
+            sent += piece.count
+            XCTAssertTrue(loop.run(until: { (raw.sessions[self.a]?.bytesIn ?? 0) + (raw.sessions[self.a]?.held.count ?? 0) >= sent },
+                                   timeout: 10))
+        } while queued() == 0 || queued() + 2 * piece.count <= RawMode.stdinLimit
+        // The value's first piece fits; its second, a write request at offset 510, does not.
+        try bluez.writeCommand(piece, from: a, mtu: 517)
+        sent += piece.count
+        XCTAssertEqual(refusal(bluez.write(piece, from: a, mtu: 517, offset: 510)), "0x82")
+        XCTAssertTrue(FileManager.default.createFile(atPath: go, contents: nil))
+        XCTAssertTrue(loop.run(until: { queued() < 65536 }, timeout: 20), "COMMAND does not read")
+        ok(bluez.write(piece, from: a, mtu: 517, offset: 510))
+        sent += piece.count
+        waitUntilSettled(out)
+        XCTAssertEqual(fileSize(out), sent)
+    }
+
     func testRawModeCutWhileItsCommandStarts() throws {
         let out = try scratchDirectory() + "/in"
         try start(["--mode", "raw", "--write-without-response", "sh", "-c", "exec cat > \(out)"])
