@@ -193,11 +193,12 @@ struct ServeConfig: Equatable {
     }
 
     /// Bytes per notification: what the link allows (MTU-5, bluez-notes §3.7: a BlueZ central
-    /// batches notifications and cuts each to MTU-5; at most 512), further capped by --chunk.
-    /// With the MTU unknown, 20 (what any link carries), or a smaller --chunk.
+    /// batches notifications and cuts each to MTU-5; at most 512; 18 on the smallest MTU, 23),
+    /// further capped by --chunk. With the MTU unknown, 20 (MTU-3 on a link of 23, what the seed
+    /// servers sent; a BlueZ central exchanges a larger MTU as it connects), or a smaller --chunk.
     func notificationSize(mtu: Int?) -> Int {
         guard let mtu else { return min(chunk ?? 20, 20) }
-        let link = max(20, min(mtu - 5, 512))
+        let link = min(max(mtu, 23) - 5, 512)
         return min(chunk ?? link, link)
     }
 }
