@@ -256,14 +256,18 @@ public final class NotificationReceiver {
         if pulling {
             held.append(value)
             heldBytes += value.count
+            checkBacklog()
             return
         }
         if options.eom && value == NotificationReceiver.endOfMessage {
             end(.endOfMessage, .success(()))
             return
         }
+        // `N0000000` is a doorbell only where a frame may begin: inside one it is body bytes (a
+        // reply pushed in 8-byte pieces may hold them).
+        let doorbell = value == NotificationReceiver.doorbell && !isInsideFrame
         let completed = write(value)
-        if options.pull && (value == NotificationReceiver.doorbell || (value.isEmpty && isInsideFrame)) {
+        if options.pull && (doorbell || (value.isEmpty && isInsideFrame)) {
             pulledValues = 0
             pulledFrames = 0
             pull()
@@ -275,6 +279,22 @@ public final class NotificationReceiver {
         } else {
             countReply()
         }
+        checkBacklog()
+    }
+
+    /// How far past the output's limit notifications may pile up where they cannot be left
+    /// waiting in bluetoothd's socket (StartNotify: each is a signal, taken as it comes).
+    static let signalBacklogFactor = 4
+
+    /// With StartNotify, a reader that stopped (or a pull that never ends while the peer goes on
+    /// notifying) would otherwise grow the backlog without bound: past a few times the output's
+    /// limit the receiver ends (74), writing what it holds.
+    private func checkBacklog() {
+        guard socket == nil, !finished else { return }
+        let behind = out.queuedCount + heldBytes
+        guard behind > Self.signalBacklogFactor * out.limit else { return }
+        end(.other, .failure(ToolError(.ioError, "standard output is \(behind) bytes behind, and notifications that come as "
+                                       + "signals (StartNotify, no socket) cannot wait: stopped" + receivedSoFar)))
     }
 
     private func pull() {
@@ -297,6 +317,8 @@ public final class NotificationReceiver {
             if case .success(let value) = result, let echo = seen.lastIndex(of: value) { seen.remove(at: echo) }
             self.held += seen
             self.heldBytes += seen.reduce(0) { $0 + $1.count }
+            self.checkBacklog()
+            if self.finished { return }
             switch result {
             case .success(let value) where value.isEmpty:
                 self.pulling = false
@@ -468,6 +490,22 @@ public final class NotificationReceiver {
         options.eom && (held.contains(Self.endOfMessage) || duringRead.contains(Self.endOfMessage))
     }
 
+    /// The error for an end that leaves the output inside a frame.
+    private func cutShort(_ why: Ending, dropped: Int) -> ToolError {
+        let tail = " inside a frame: the output is cut short" + receivedSoFar
+            + (dropped > 0 ? "; \(dropped) notifications that came during the read-pull were not written" : "")
+        switch why {
+        case .silence:
+            return ToolError(.tempFail, "\(formatSeconds(options.silence ?? 0)) s without a notification" + tail)
+        case .disconnected(let reason):
+            return ToolError(.ioError, reason + tail)
+        case .endOfMessage:
+            return ToolError(.dataError, "EOM came" + tail)
+        default:
+            return ToolError(.ioError, "the replies ended" + tail)
+        }
+    }
+
     /// " (N bytes received)" when some were, for a message about an end without EOM.
     private var receivedSoFar: String {
         bytesReceived > 0 ? " (\(bytesReceived) bytes received)" : ""
@@ -489,13 +527,21 @@ public final class NotificationReceiver {
         // the last reply wanted.
         held += duringRead
         duringRead = []
+        var result = result
+        if why != .count && why != .output && isInsideFrame {
+            // The output ends inside a frame: it is cut short, whatever ended it, and is not a
+            // success. Notifications held back during a pull would land inside that frame's
+            // body: they are not written.
+            let dropped = held.count
+            held = []
+            if case .success = result { result = .failure(cutShort(why, dropped: dropped)) }
+        }
         for value in held where why != .count {
             if options.eom && value == NotificationReceiver.endOfMessage { break }
             out.write(value)
         }
         held = []
         heldBytes = 0
-        var result = result
         // After an interrupt, a reader that takes nothing for a second is not waited for any
         // longer: the signal must end the tool (and let it take down a link it made).
         var interrupted = false

@@ -29,8 +29,8 @@ let spec = CommandSpec(
     exit status: 0 success (also when the reader of stdout goes away, as with | head, and when
     the device disconnects after data unless --eom waits for EOM), 64 usage, 65 value refused
     by the device as invalid, 69 device or characteristic unavailable, 74 I/O error (with --eom:
-    disconnected before EOM), 75 timeout, 77 not permitted (by the device or bluetoothd),
-    130 interrupted.
+    disconnected before EOM; without it: disconnected inside a frame), 75 timeout (also silence
+    inside a frame), 77 not permitted (by the device or bluetoothd), 130 interrupted.
     """
 )
 

@@ -1,3 +1,4 @@
+import Foundation
 import XCTest
 import BLCommand
 import BLDBus
@@ -69,7 +70,7 @@ final class ReceiverEndTests: XCTestCase {
         _ = call.reply([.bytes(Array(value.utf8))])
     }
 
-    private func start(eom: Bool, silence: Double? = nil, count: Int? = nil) throws {
+    private func start(eom: Bool, silence: Double? = nil, count: Int? = nil, limit: Int = QueuedOutput.defaultLimit) throws {
         var options = NotificationReceiver.Options()
         options.eom = eom
         options.silence = silence
@@ -78,15 +79,19 @@ final class ReceiverEndTests: XCTestCase {
             "UUID": .string("0000fff2-0000-1000-8000-00805f9b34fb"), "Flags": .stringArray(["read", "notify"]),
         ])
         receiver = NotificationReceiver(characteristic: characteristic, options: options,
-                                        out: QueuedOutput(fd: output.write, loop: loop))
+                                        out: QueuedOutput(fd: output.write, loop: loop, limit: limit))
         receiver.onFinish = { [unowned self] in self.outcome = $0 }
         try receiver.start()
         receiver.armSilenceTimer()
     }
 
     private func notify(_ text: String) throws {
+        try notify(bytes: Array(text.utf8))
+    }
+
+    private func notify(bytes: [UInt8]) throws {
         try bluez.tree.emitPropertiesChanged(path: Self.char, interface: BlueZ.gattCharacteristicInterface,
-                                             changed: ["Value": .bytes(Array(text.utf8))])
+                                             changed: ["Value": .bytes(bytes)])
     }
 
     private func disconnect() throws {
@@ -201,6 +206,90 @@ final class ReceiverEndTests: XCTestCase {
         try notify("N0000000")
         XCTAssertEqual(try finish(), "N0000000T0000003abc")
         XCTAssertEqual(receiver.ending, .count)
+    }
+
+    /// Output that ends inside a frame is cut short, not a success: a truncated image saved by
+    /// `blrecv > out` must not look complete. The link's end says 74, silence 75.
+    func testADisconnectInsideAFrameIsAnIncompleteTransfer() throws {
+        try start(eom: false)
+        try notify("T0000010abc")
+        _ = loop.run(until: { false }, timeout: 0.2)
+        try disconnect()
+        XCTAssertEqual(try finish(), "T0000010abc")
+        XCTAssertEqual(failure()?.code, .ioError)
+        XCTAssertEqual(failure()?.message, "00:AA:01:00:00:01 disconnected inside a frame: the output is cut short (11 bytes received)")
+    }
+
+    func testSilenceInsideAFrameIsATimeout() throws {
+        try start(eom: false, silence: 0.5)
+        try notify("T0000001aT0000010abc")
+        XCTAssertEqual(try finish(), "T0000001aT0000010abc")
+        XCTAssertEqual(failure()?.code, .tempFail)
+        XCTAssertEqual(failure()?.message, "0.5 s without a notification inside a frame: the output is cut short (20 bytes received)")
+    }
+
+    /// A stream that is not frames has no inside: its end after data is still a success.
+    func testAStreamThatIsNotFramesEndsWithSuccess() throws {
+        try start(eom: false, silence: 0.5)
+        try notify("hello T0000010")
+        XCTAssertEqual(try finish(), "hello T0000010")
+        XCTAssertNoThrow(try outcome?.get())
+    }
+
+    /// The link dropping while a pull has read half a frame: a notification held back meanwhile
+    /// is not written into that frame's body (where it would look like body bytes).
+    func testADisconnectInsideAPulledFrameWritesNothingHeldIntoIt() throws {
+        readValues = ["T0000010abc"]
+        notifyDuringRead = "T0000001x"
+        try start(eom: false)
+        try notify("N0000000")
+        XCTAssertTrue(loop.run(until: { !self.unansweredReads.isEmpty }, timeout: 5), "the pull did not read again")
+        try disconnect()
+        XCTAssertEqual(try finish(), "N0000000T0000010abc")
+        XCTAssertEqual(failure()?.code, .ioError)
+        XCTAssertEqual(failure()?.message, "00:AA:01:00:00:01 disconnected inside a frame: the output is cut short (19 bytes "
+                       + "received); 1 notifications that came during the read-pull were not written")
+    }
+
+    /// `N0000000` inside a frame's body (a reply pushed in 8-byte pieces) is body bytes, not a
+    /// doorbell: no pull starts there.
+    func testADoorbellLookalikeInsideAFrameIsBody() throws {
+        readValues = ["T0000001z", ""]
+        try start(eom: false, count: 1)
+        try notify("T0000024abcdefgh")
+        try notify("N0000000")
+        try notify("ijklmnop")
+        XCTAssertEqual(try finish(), "T0000024abcdefghN0000000ijklmnop")
+        XCTAssertNoThrow(try outcome?.get())
+        XCTAssertEqual(readValues, ["T0000001z", ""], "a pull started inside the frame")
+    }
+
+    /// Notifications through StartNotify cannot wait in bluetoothd's socket: with a reader that
+    /// stopped, the receiver ends (74) once a few times the output's limit is behind, rather than
+    /// hold a flood without bound.
+    func testAFloodWithoutASocketAndAStoppedReaderEndsTheReceiver() throws {
+        try start(eom: false, limit: 64 * 1024)
+        // The reader comes back a second later: at its end the receiver writes what it holds.
+        let late = dup(output.read)
+        let reader = Thread {
+            usleep(1_000_000)
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            var entry = pollfd(fd: late, events: Int16(POLLIN), revents: 0)
+            while poll(&entry, 1, 5000) > 0, Glibc.read(late, &buffer, buffer.count) > 0 {}
+            Glibc.close(late)
+        }
+        reader.start()
+        let piece = [UInt8](repeating: 0x41, count: 500)
+        var most = 0
+        for i in 0..<4000 where outcome == nil {
+            try notify(bytes: piece)
+            if i % 100 == 0 { _ = loop.run(until: { false }, timeout: 0.001) }
+            most = max(most, receiver.out.queuedCount)
+        }
+        XCTAssertTrue(loop.run(until: { self.outcome != nil }, timeout: 5), "still taking notifications in")
+        XCTAssertEqual(failure()?.code, .ioError)
+        XCTAssertTrue(failure()?.message.hasPrefix("standard output is ") == true, failure()?.message ?? "")
+        XCTAssertLessThanOrEqual(most, NotificationReceiver.signalBacklogFactor * 64 * 1024 + 500)
     }
 
     func testADisconnectBeforeAnyDataIsUnavailable() throws {
