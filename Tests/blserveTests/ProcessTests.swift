@@ -133,6 +133,8 @@ final class ProcessTests: XCTestCase {
             return String(decoding: out ?? [], as: UTF8.self)
         }
         XCTAssertEqual(try run("T", "こんにちは"), "あなたは「こんにちは」と言いました")
+        // Every byte of what was said, a NUL and trailing newlines too.
+        XCTAssertEqual(try run("T", "a\u{0}b\n\n"), "あなたは「a\u{0}b\n\n」と言いました")
         XCTAssertEqual(try run("U", "file:///etc/passwd"), "error: not an http(s) URL: file:///etc/passwd")
         XCTAssertTrue(try run("U", "http://127.0.0.1:1/x").hasPrefix("error: could not download http://127.0.0.1:1/x"))
         XCTAssertEqual(try run("I", "x"), "error: unsupported request code I")
