@@ -1,6 +1,7 @@
 import XCTest
 import BLBlueZ
 import BLCommand
+import BLDBus
 import BLTestSupport
 @testable import blscan
 
@@ -35,6 +36,47 @@ final class BlscanTests: XCTestCase {
         let json = scan.line(for: device)
         XCTAssertTrue(json.contains("\"name\":" + JSON.quoted(name)), json)
         XCTAssertFalse(json.contains("\u{1B}"), json)
+    }
+
+    /// The filters blscan applies itself (bluetoothd merges every client's discovery filter, so
+    /// it may report devices another client asked for).
+    func testFiltersAreAppliedToEveryDevice() throws {
+        func device(_ n: Int, name: String? = nil, alias: String? = nil, rssi: Int16? = nil, uuids: [String] = []) -> DeviceInfo {
+            var properties: [String: DBusValue] = ["Address": .string("00:AA:01:00:00:0\(n)"), "AddressType": .string("random"),
+                                                   "UUIDs": .stringArray(uuids)]
+            if let name { properties["Name"] = .string(name) }
+            if let alias { properties["Alias"] = .string(alias) }
+            if let rssi { properties["RSSI"] = .int16(rssi) }
+            return DeviceInfo(path: "/org/bluez/hci0/dev_00_AA_01_00_00_0\(n)", properties: properties)
+        }
+        var scan = Scan()
+        XCTAssertTrue(scan.matches(device(1)), "no filter: every device")
+
+        scan.rssiMin = -70
+        XCTAssertTrue(scan.matches(device(1, rssi: -70)))
+        XCTAssertTrue(scan.matches(device(1, rssi: -20)))
+        XCTAssertFalse(scan.matches(device(1, rssi: -71)))
+        XCTAssertFalse(scan.matches(device(1)), "no RSSI: not heard, so not heard strongly enough")
+
+        scan = Scan()
+        scan.name = "my-pi"
+        XCTAssertTrue(scan.matches(device(1, name: "my-pi")))
+        XCTAssertTrue(scan.matches(device(1, name: "raspberrypi", alias: "my-pi")), "an alias set in bluetoothd")
+        XCTAssertFalse(scan.matches(device(1, name: "my-pi2")))
+        XCTAssertFalse(scan.matches(device(1, name: "My-Pi")), "names are compared exactly")
+        XCTAssertFalse(scan.matches(device(1)))
+
+        scan = Scan()
+        scan.service = try XCTUnwrap(BluetoothUUID.normalize("180D"))
+        XCTAssertTrue(scan.matches(device(1, uuids: ["0000180D-0000-1000-8000-00805F9B34FB"])), "16-bit given, 128-bit in either case")
+        XCTAssertTrue(scan.matches(device(1, uuids: ["0000fff0-0000-1000-8000-00805f9b34fb", "0000180d-0000-1000-8000-00805f9b34fb"])))
+        XCTAssertFalse(scan.matches(device(1, uuids: ["0000180e-0000-1000-8000-00805f9b34fb"])))
+        XCTAssertFalse(scan.matches(device(1)))
+
+        scan.rssiMin = -70
+        scan.name = "hr"
+        XCTAssertTrue(scan.matches(device(1, name: "hr", rssi: -50, uuids: ["0000180d-0000-1000-8000-00805f9b34fb"])))
+        XCTAssertFalse(scan.matches(device(1, name: "hr", rssi: -90, uuids: ["0000180d-0000-1000-8000-00805f9b34fb"])), "all filters at once")
     }
 
     func testNoBusIsUnavailable() throws {

@@ -170,6 +170,11 @@ final class ServerBusTests: XCTestCase {
     func testSecureRegistersAnAgentThatAcceptsOnlyAllowedCentralsOfItsAdapter() throws {
         try start(["--secure", "--allow", "00:00:00:00:00:01", "cat"])
         let agent = "/org/blpipe/blserve_agent"
+        // What bluetoothd is told to enforce: reads, writes and notifications only over an
+        // encrypted link (the bench's test 62 pairs before it writes, so it cannot show this).
+        let app = try XCTUnwrap(bluez.applications[connection.uniqueName + "/org/blpipe/blserve"])
+        let chrc = try XCTUnwrap(app[FakeBluetoothd.charPath]?[BlueZ.gattCharacteristicInterface])
+        XCTAssertEqual(chrc["Flags"]?.stringArray, ["read", "encrypt-read", "write", "encrypt-write", "notify", "encrypt-notify"])
         XCTAssertEqual(bluez.agents[connection.uniqueName + agent], "NoInputNoOutput")
         XCTAssertEqual(bluez.registrationOrder, ["agent", "application"], "a central may pair as soon as it finds the service")
         func ask(_ member: String, _ args: [DBusValue]) -> Result<Void, DBusError> {

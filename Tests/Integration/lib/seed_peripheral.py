@@ -218,10 +218,16 @@ def main():
         sink = open(sink_path, "wb")
 
         paths = {"socket": 0, "WriteValue": 0}
+        # BL_SINK_WRITES=FILE: each value written is appended to FILE as a line of hex.
+        sink_writes_path = os.environ.get("BL_SINK_WRITES")
+        sink_writes = open(sink_writes_path, "a") if sink_writes_path else None
 
         def on_write(central, data, options):
             sink.write(data)
             sink.flush()
+            if sink_writes:
+                sink_writes.write(bytes(data).hex() + "\n")
+                sink_writes.flush()
             digest.update(data)
             paths["WriteValue" if options else "socket"] += 1
 
