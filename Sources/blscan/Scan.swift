@@ -35,12 +35,15 @@ struct Scan {
         var done = false
         /// The reader went away (EPIPE): a clean end, as for blrecv, not a failed search.
         var readerGone = false
+        /// Standard output takes nothing more (its reader went away, or it failed).
+        var outputEnded = false
 
         func outputFailed(_ error: Errno) {
             if failure == nil {
                 failure = ToolError.stdout(error)
                 readerGone = failure == nil
             }
+            outputEnded = true
             done = true
         }
         out.onFailure = outputFailed
@@ -91,13 +94,20 @@ struct Scan {
             emit(device)
         }
         interrupted.onInterrupt = { done = true }
-        let finished = loop.run(until: { done }, timeout: max(0, deadline - MonotonicClock.seconds()))
-        if !finished {
-            // Time is up: print devices still waiting for a name, first heard first.
+        _ = loop.run(until: { done }, timeout: max(0, deadline - MonotonicClock.seconds()))
+        // However the search ended (time up, a signal, bluetoothd or the adapter gone), devices
+        // that matched and were still waiting for a name are printed, first heard first; not
+        // once --first has printed its device, nor to an output that takes nothing more.
+        if !outputEnded && !(first && found > 0) {
+            done = false
             for (path, _) in waiting {
                 if let device = discovery.devices[path], matches(device) { emit(device) }
             }
+            done = true
         }
+        // The radio stops scanning now, not once a slow reader has taken the output.
+        discovery.stop()
+        client.bus.flush()
         // What was found is written out, also when a signal or a failure ended the search
         // (after a signal a reader that takes nothing for a second is not waited for).
         if !readerGone {
