@@ -12,6 +12,10 @@ final class ConnectTests: XCTestCase {
     /// What each Connect call does: nil answers success (bluetoothd does so at once for a link
     /// already up), an error fails it; either may bring the link up first.
     private var answers: [(fail: DBusError?, linkUp: Bool)] = []
+    /// Connect calls are left unanswered (a device out of range: bluetoothd's own attempt runs on).
+    private var holdConnect = false
+    private var heldCalls: [IncomingCall] = []
+    private var disconnectCalls = 0
 
     private static let device = "/org/bluez/hci0/dev_00_AA_01_00_00_01"
 
@@ -24,12 +28,14 @@ final class ConnectTests: XCTestCase {
                 .property("ServicesResolved") { [unowned self] in .bool(self.connected) }
                 .method("Connect") { [unowned self] call in
                     self.connectCalls += 1
+                    if self.holdConnect { return self.heldCalls.append(call) }
                     let answer = self.answers.isEmpty ? (fail: nil, linkUp: true) : self.answers.removeFirst()
                     if answer.linkUp { self.connected = true }
                     if let error = answer.fail { return call.fail(error) }
                     call.reply([])
                 }
                 .method("Disconnect") { [unowned self] call in
+                    self.disconnectCalls += 1
                     self.connected = false
                     call.reply([])
                 },
@@ -37,6 +43,7 @@ final class ConnectTests: XCTestCase {
     }
 
     override func tearDown() {
+        heldCalls = []
         bluez?.stop()
         bluez = nil
         super.tearDown()
@@ -68,6 +75,25 @@ final class ConnectTests: XCTestCase {
         let peer = try connect()
         XCTAssertFalse(peer.madeConnection, "another's link taken as its own")
         XCTAssertEqual(connectCalls, 1)
+    }
+
+    /// --connect-timeout: a device that never answers is given up after the time given (75),
+    /// and the attempt still pending in bluetoothd is cancelled, or the link would come up
+    /// after the tool had gone and stay.
+    func testAConnectionThatDoesNotComeUpIsGivenUpInTime() throws {
+        holdConnect = true
+        let info = DeviceInfo(path: Self.device, properties: ["Address": .string("00:AA:01:00:00:01")])
+        let started = MonotonicClock.seconds()
+        XCTAssertThrowsError(try bluez.client.connect(info, timeout: 1.5)) { error in
+            let failure = error as? ToolError
+            XCTAssertEqual(failure?.code, .tempFail)
+            XCTAssertTrue(failure?.message.hasPrefix("could not connect to 00:AA:01:00:00:01 within 1.5 s") == true, failure?.message ?? "")
+        }
+        let took = MonotonicClock.seconds() - started
+        XCTAssertGreaterThan(took, 1.4)
+        XCTAssertLessThan(took, 4, "the timeout was not kept")
+        XCTAssertEqual(connectCalls, 1)
+        XCTAssertEqual(disconnectCalls, 1, "the pending attempt was not cancelled")
     }
 
     func testAFailedAttemptIsRetried() throws {
