@@ -228,8 +228,10 @@ final class Server {
     }
 
     /// True when a notification now reaches `device` and no other central: notifications are
-    /// on and `device` is the only central connected to the adapter (BlueZ 5.66 sends every
-    /// notification to every subscriber, bluez-notes §3.8).
+    /// on and `device` is the only device connected to the adapter (BlueZ 5.66 sends every
+    /// notification to every subscriber, bluez-notes §3.8). Devices connected over BR/EDR
+    /// count too, unlike for ``Peripheral/connectedCentrals``: bluetoothd serves GATT over
+    /// BR/EDR as well, so one of them could be subscribed.
     ///
     /// In frame mode `device` must also be known to have subscribed: a bonded central that
     /// subscribed and left keeps its subscription in bluetoothd (no StopNotify), so
