@@ -198,7 +198,7 @@ final class Server {
             call.fail(GattError.notPermitted("No device"))
             return false
         }
-        if !config.allow.isEmpty, !config.allow.contains(address) {
+        if !isAllowed(device) {
             if config.verbose { Tool.warn("\(address): refused: not in --allow") }
             call.fail(WriteRefusal.notAllowed.dbusError)
             return false

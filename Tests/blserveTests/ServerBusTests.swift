@@ -944,13 +944,19 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(contents(out) == data, "COMMAND got \(fileSize(out)) bytes, not the \(data.count) written")
     }
 
-    func testRawModeDropsWriteCommandsBeyondWhatItHolds() throws {
+    /// Raw mode with write commands, and a COMMAND that reads nothing until the file `go`
+    /// exists, then copies its input to the file `out`.
+    private func startRawWaitingForGo() throws -> (out: String, go: String) {
         let dir = try scratchDirectory()
-        let out = dir + "/in"
-        let go = dir + "/go"
-        // COMMAND reads nothing until every write has been taken or dropped.
+        let out = dir + "/in", go = dir + "/go"
         try start(["--mode", "raw", "--write-without-response", "sh", "-c",
                    "while [ ! -e \(go) ]; do sleep 0.05; done; exec cat > \(out)"])
+        return (out, go)
+    }
+
+    func testRawModeDropsWriteCommandsBeyondWhatItHolds() throws {
+        // COMMAND reads nothing until every write has been taken or dropped.
+        let (out, go) = try startRawWaitingForGo()
         try bluez.setConnected(a, true)
         let data = (0..<1_600_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 11) }
         var sent = 0
@@ -985,16 +991,10 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(contents(out), Array("next".utf8))
     }
 
-    /// Write commands over the limit while COMMAND is still starting: it gets what was held, then
-    /// end of file.
     /// A piece of a long write refused because COMMAND has 1 MiB unread (0x82) can be sent
     /// again at the same offset once it reads: the refused piece is not counted in the value.
     func testRawModeAcceptsARefusedPieceAgainAtItsOffset() throws {
-        let dir = try scratchDirectory()
-        let out = dir + "/in"
-        let go = dir + "/go"
-        try start(["--mode", "raw", "--write-without-response", "sh", "-c",
-                   "while [ ! -e \(go) ]; do sleep 0.05; done; exec cat > \(out)"])
+        let (out, go) = try startRawWaitingForGo()
         try bluez.setConnected(a, true)
         let raw = try XCTUnwrap(server.mode as? RawMode)
         // Write commands until one more piece would not fit what blserve holds for COMMAND.
@@ -1019,6 +1019,8 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(fileSize(out), sent)
     }
 
+    /// Write commands over the limit while COMMAND is still starting: it gets what was held, then
+    /// end of file.
     func testRawModeCutWhileItsCommandStarts() throws {
         let out = try scratchDirectory() + "/in"
         try start(["--mode", "raw", "--write-without-response", "sh", "-c", "exec cat > \(out)"])
