@@ -82,13 +82,17 @@ demo: build
 bench-smoke:
 	scripts/bench/check-smoke '0*'
 
+# Every benchmark runs even when one before it missed a target (it then exits 1); bench-central
+# and bench-blserve boot the VM themselves, with btmon and bluetoothd's debug log off (a
+# production bluetoothd's setting), and use .build/bin. setup first: bench-calls needs its
+# python3-dbus.
 bench: build
-	scripts/bench-blframe .build/bin
-	scripts/bench-calls .build/bin
-	# Each boots the VM itself, with btmon and bluetoothd's debug log off (a production
-	# bluetoothd's setting), and uses .build/bin.
-	scripts/bench-central
-	scripts/bench-blserve
+	scripts/bench/setup
+	@status=0; \
+	for b in "scripts/bench-blframe .build/bin" "scripts/bench-calls .build/bin" scripts/bench-central scripts/bench-blserve; do \
+		echo "$$b"; $$b || { echo "make bench: $$b missed a target or failed" >&2; status=1; }; \
+	done; \
+	exit $$status
 
 fuzz: deps
 	PATH="$(dir $(SWIFT)):$$PATH" scripts/fuzz $(FUZZ_SECONDS)
