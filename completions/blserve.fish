@@ -59,7 +59,7 @@ complete -c blserve -n __blserve_in_options -s c -l reply-code -x -a 'auto raw T
 complete -c blserve -n __blserve_in_options -s r -l reply -x -a 'pull push' -d 'Frame mode: pull or push replies'
 complete -c blserve -n __blserve_in_options -l doorbell -x -a 'early ready' -d 'Frame mode, pull: ring N0000000 as a request starts or once its reply is queued'
 complete -c blserve -n __blserve_in_options -l chunk -x -d 'Notify at most N bytes at a time'
-complete -c blserve -n __blserve_in_options -l eom -d 'Notify EOM when the output ends'
+complete -c blserve -n __blserve_in_options -l eom -d 'Notify EOM when a run of COMMAND ends'
 complete -c blserve -n __blserve_in_options -s t -l handler-timeout -x -d 'Frame mode: seconds before COMMAND is killed'
 complete -c blserve -n __blserve_in_options -l prestart -d 'Frame mode: start COMMAND before its request comes'
 complete -c blserve -n __blserve_in_options -l max-frame -x -d 'Frame mode: largest frame body accepted'

@@ -404,7 +404,7 @@ final class FrameMode: ServeMode {
         if config.reply == .push, (server.canPush(to: c.device) && c.replies.isEmpty) || c.pushing > 0 {
             c.pushing += 1
             c.pushingBytes += reply.count
-            notifier.enqueue(reply, chunk: server.notificationSize(for: c.device), target: c.device,
+            notifier.enqueue(reply, target: c.device,
                              divert: { [weak self, weak c] rest in
                                  guard let self, let c, !c.gone else { return }
                                  self.server.debug("\(Server.centralName(c.device)): \(reply.count - rest.count) of \(reply.count) reply bytes notified, the rest waits to be read")

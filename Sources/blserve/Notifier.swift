@@ -19,12 +19,20 @@ import BLDBus
 /// A job aimed at one central is sent only while `canPush(target)` holds (5.66 delivers every
 /// notification to every subscriber, bluez-notes §3.8); when it stops holding, the rest of the
 /// job goes to the job's `divert` closure (the central's read queue) instead.
+///
+/// A piece's size is worked out as it is sent (``pieceSize``), not when it was queued: a central
+/// that connects meanwhile with a smaller MTU gets pieces that fit it. Output queued in small
+/// reads (a slow central, a COMMAND writing a byte at a time) is joined into the job before it
+/// where the producer allows it, so that it still goes out in whole pieces.
 final class Notifier {
     struct Job {
         var target: String?
         var bytes: [UInt8]
         var position = 0
-        var chunk: Int
+        /// A fixed size (a doorbell, EOM); nil: ``pieceSize`` for the target as it is sent.
+        var chunk: Int?
+        /// Later output queued with the same key (and target) may be joined to this job.
+        var joinKey: ObjectIdentifier?
         var divert: (([UInt8]) -> Void)?
         /// Called once the job is fully sent or diverted (not when dropped by ``reset()``).
         var done: (() -> Void)?
@@ -37,6 +45,8 @@ final class Notifier {
     let window: Int
     /// Whether a notification now would reach only `target`.
     var canPush: (String) -> Bool = { _ in false }
+    /// The size of a piece for `target` (nil: every subscriber) on the links as they are now.
+    var pieceSize: (String?) -> Int = { _ in 20 }
     /// The only central connected, if exactly one is (a device object path).
     var soleCentral: () -> String? = { nil }
     /// Called when ``pendingBytes`` has dropped below ``lowWater`` after being above it.
@@ -75,14 +85,32 @@ final class Notifier {
 
     var isIdle: Bool { jobs.isEmpty }
 
-    /// Queues `bytes` as notifications of at most `chunk` bytes (an empty value: one empty
-    /// notification). With a `target`, see the type's description.
-    func enqueue(_ bytes: [UInt8], chunk: Int, target: String? = nil, divert: (([UInt8]) -> Void)? = nil,
-                 done: (() -> Void)? = nil) {
-        jobs.append(Job(target: target, bytes: bytes, chunk: max(1, chunk), divert: divert, done: done))
+    /// A joined job holds at most this much (what it has sent included, which stays in memory
+    /// until the job ends).
+    static let joinLimit = 16 * 1024
+
+    /// Queues `bytes` as notifications of at most `chunk` bytes, or of ``pieceSize`` when nil
+    /// (an empty value: one empty notification). With a `target`, see the type's description.
+    /// With a `joinKey` (the producer: a session, the stream), the bytes are added to the last
+    /// job when that was queued with the same key and target and has room: its `divert` and
+    /// `done` then stand for both, and the call returns true (the caller's own closures are not
+    /// kept).
+    @discardableResult
+    func enqueue(_ bytes: [UInt8], chunk: Int? = nil, target: String? = nil, joinKey: ObjectIdentifier? = nil,
+                 divert: (([UInt8]) -> Void)? = nil, done: (() -> Void)? = nil) -> Bool {
         pendingBytes += bytes.count
         if pendingBytes >= lowWater { aboveLowWater = true }
+        let key = chunk == nil && !bytes.isEmpty ? joinKey : nil
+        if let key, let last = jobs.indices.last, jobs[last].joinKey == key, jobs[last].target == target,
+           jobs[last].bytes.count + bytes.count <= Self.joinLimit {
+            jobs[last].bytes.append(contentsOf: bytes)
+            schedulePump()
+            return true
+        }
+        jobs.append(Job(target: target, bytes: bytes, chunk: chunk.map { max(1, $0) }, joinKey: key,
+                        divert: divert, done: done))
         schedulePump()
+        return false
     }
 
     /// Drops the jobs aimed at `target` (that central disconnected); their `done` is called.
@@ -135,7 +163,7 @@ final class Notifier {
                 job.done?()
                 continue
             }
-            let end = min(job.position + job.chunk, job.bytes.count)
+            let end = min(job.position + max(1, job.chunk ?? pieceSize(job.target)), job.bytes.count)
             let value = Array(job.bytes[job.position..<end])
             if value.isEmpty && job.sentEmpty {
                 jobs.removeFirst()

@@ -29,7 +29,7 @@ enum BlserveCommand {
             OptionSpec("doorbell", value: "WHEN", choices: ["early", "ready"],
                        help: "frame mode, pull: ring N0000000 as a request starts (early, default; reads wait up to 1 s for the reply) or once the reply is queued (ready)"),
             OptionSpec("chunk", value: "N", help: "notify at most N bytes at a time (20 reproduces seed 002)"),
-            OptionSpec("eom", help: "stream and raw modes: notify EOM when COMMAND's output ends"),
+            OptionSpec("eom", help: "stream and raw modes: notify EOM when a run of COMMAND ends"),
             OptionSpec("handler-timeout", short: "t", value: "S", help: "frame mode: kill COMMAND after S seconds (30)"),
             OptionSpec("prestart", help: "frame mode: start COMMAND ahead of each central's next request"),
             OptionSpec("max-frame", value: "BYTES", help: "frame mode: refuse frames announcing more than BYTES (1M; at most 9999999)"),

@@ -423,14 +423,15 @@ final class RawMode: ServeMode {
     }
 
     private func pushOutput(_ bytes: [UInt8], to s: Session) {
-        s.pushing += 1
-        server.notifier.enqueue(bytes, chunk: server.notificationSize(for: s.device), target: s.device,
-                                divert: { [weak self, weak s] rest in
-                                    if let self, let s { self.queueForRead(rest, s) }
-                                },
-                                done: { [weak s] in
-                                    if let s { s.pushing = max(0, s.pushing - 1) }
-                                })
+        // Joined to the output queued before it when that waits still (one job, one `done`).
+        let joined = server.notifier.enqueue(bytes, target: s.device, joinKey: ObjectIdentifier(s),
+                                             divert: { [weak self, weak s] rest in
+                                                 if let self, let s { self.queueForRead(rest, s) }
+                                             },
+                                             done: { [weak s] in
+                                                 if let s { s.pushing = max(0, s.pushing - 1) }
+                                             })
+        if !joined { s.pushing += 1 }
     }
 
     private func queueForRead(_ bytes: [UInt8], _ s: Session) {

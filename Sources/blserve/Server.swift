@@ -43,7 +43,7 @@ final class Server {
     /// does not ask again when it comes back).
     private(set) var startNotifySubscriber: String?
     private var lastState: Peripheral.State = .stopped
-    private var exitError: ToolError?
+    private(set) var exitError: ToolError?
 
     var writeCharacteristic: GattCharacteristic { application.characteristics[0] }
     var notifyCharacteristic: GattCharacteristic { application.characteristics[application.characteristics.count - 1] }
@@ -80,6 +80,7 @@ final class Server {
                                 agent: agent)
         notifier = Notifier(characteristic: application.characteristics[application.characteristics.count - 1], bus: bus)
         notifier.canPush = { [unowned self] device in self.canPush(to: device) }
+        notifier.pieceSize = { [unowned self] device in self.notificationSize(for: device) }
         notifier.soleCentral = { [unowned self] in
             self.peripheral.connectedDevices.count == 1 ? self.peripheral.connectedDevices.first : nil
         }
@@ -170,8 +171,7 @@ final class Server {
             }
         }
         bus.onDisconnect = { [unowned self] in
-            self.exitError = ToolError(.unavailable, "lost the connection to the system bus")
-            self.shutdown()
+            self.shutdown(ToolError(.unavailable, "lost the connection to the system bus"))
         }
     }
 
@@ -337,10 +337,12 @@ final class Server {
         if let exitError { throw exitError }
     }
 
-    /// Ends every COMMAND, unregisters, and makes ``run()`` return. `error` becomes the exit status.
+    /// Ends every COMMAND, unregisters, and makes ``run()`` return. `error` becomes the exit
+    /// status; the first call decides it (what fails because of the stop, a COMMAND ended by
+    /// its SIGTERM, is not a reason to exit otherwise).
     func shutdown(_ error: ToolError? = nil) {
-        if let error, exitError == nil { exitError = error }
         if stopping { return }
+        exitError = error
         stopping = true
         mode.shutdown()
         children.terminateAll(signal: SIGTERM, grace: 2)

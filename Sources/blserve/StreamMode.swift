@@ -10,8 +10,10 @@ import BLDBus
 /// Stream mode (seeds 001 and 002): one COMMAND for the server's life, started when the first
 /// central subscribes. Its stdout is notified to every subscriber in pieces of at most --chunk
 /// bytes, with flow control: stdout is read only while the notifier has room. While nobody is
-/// subscribed the output is read and discarded, as from a live feed. When the output ends,
-/// --eom notifies "EOM"; once everything is sent blserve exits with COMMAND's result.
+/// subscribed the output is read and discarded, as from a live feed. When the run ends (the
+/// output has ended and COMMAND has exited), --eom notifies "EOM"; once everything is sent
+/// blserve exits with COMMAND's result. A stop (a signal) ends COMMAND without either: its
+/// death by blserve's SIGTERM is not the stream's end.
 ///
 /// A read returns the last value notified (from its offset; past its end: Invalid Offset).
 final class StreamMode: ServeMode {
@@ -52,7 +54,9 @@ final class StreamMode: ServeMode {
     func connectionChanged(device: String, connected: Bool) {}
 
     func notifyingChanged(_ on: Bool) {
-        if on && !started { start() }
+        // While blserve stops, bluetoothd may still subscribe a central (the application is
+        // exported until it is unregistered): a COMMAND started then would outlive blserve.
+        if on && !started && !server.stopping { start() }
         updateWatch()
     }
 
@@ -61,6 +65,7 @@ final class StreamMode: ServeMode {
     }
 
     func shutdown() {
+        finishing = true
         starting?.cancel()
         starting = nil
         if let w = stdoutWatch { loop.remove(w) }
@@ -140,7 +145,7 @@ final class StreamMode: ServeMode {
         if subscribed {
             bytesOut += n
             server.notifier.enqueue(Array(UnsafeRawBufferPointer(rebasing: buffer[0..<n])),
-                                    chunk: server.notificationSize(for: nil))
+                                    joinKey: ObjectIdentifier(self))
         }
         updateWatch()
         return true
@@ -150,6 +155,8 @@ final class StreamMode: ServeMode {
     /// left running in its process group is killed now, or, while something still holds its
     /// stdout, after a grace of a second (what was written until then is still notified).
     private func exited() {
+        // Ended by the stop itself (terminateAll): nothing more is notified.
+        if server.stopping { return }
         // What the pipe holds (at most its size, and what the leftover adds while it is read,
         // within reason) is still notified.
         graceTimer = process?.endGroupOnExit(loop: loop, drain: { [weak self] in

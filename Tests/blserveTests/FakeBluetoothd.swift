@@ -36,6 +36,8 @@ final class FakeBluetoothd {
     private var notificationToken: SubscriptionToken?
     private var adapterObject: ExportedObject?
     var serverName = ""
+    /// Seconds before UnregisterAdvertisement is answered (a busy bluetoothd answers late).
+    var unregisterDelay = 0.0
 
     static let adapterPath = "/org/bluez/hci0"
     static let charPath = "/org/blpipe/blserve/service0/char0"
@@ -63,7 +65,11 @@ final class FakeBluetoothd {
                 .method("RegisterAdvertisement", inSignature: "oa{sv}") { [unowned self] call in self.registerAdvertisement(call) }
                 .method("UnregisterAdvertisement", inSignature: "o") { [unowned self] call in
                     self.advertisements[(call.sender ?? "") + (call.arguments[0].objectPath ?? "")] = nil
-                    call.reply([])
+                    if self.unregisterDelay > 0 {
+                        _ = self.loop.schedule(after: self.unregisterDelay) { call.reply([]) }
+                    } else {
+                        call.reply([])
+                    }
                 },
         ])
         try tree.add(adapter, announce: false)

@@ -311,4 +311,32 @@ final class ProcessTests: XCTestCase {
         // Gone, or a zombie waiting for whoever inherited it.
         assertEnds(handlerPID, "the handler running at SIGTERM is still alive")
     }
+
+    /// End to end: a central subscribing while blserve unregisters after SIGTERM (bluetoothd
+    /// answering late) does not start stream mode's COMMAND, which would outlive blserve.
+    func testASubscriptionDuringTheStopLeavesNoCommandBehind() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        let pidFile = try scratchDirectory() + "/pid"
+        let (child, stderr) = try start(["-v", "--mode", "stream", "--", "sh", "-c",
+                                         "echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile); exec sleep 300"],
+                                        busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        let owner = String(try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count)))
+        try bluez.watchNotifications(of: owner)
+        try bluez.setConnected(FakeBluetoothd.device(1), true)
+        bluez.unregisterDelay = 1.0
+        kill(child.pid, SIGTERM)
+        _ = loop.run(until: { false }, timeout: 0.3)
+        try bluez.startNotify()
+        XCTAssertEqual(finish(child), .exited(0), stderr())
+        var pid: pid_t?
+        for _ in 0..<50 where pid == nil {
+            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            if pid == nil { usleep(10_000) }
+        }
+        if let pid { kill(-pid, SIGKILL); kill(pid, SIGKILL) }
+        XCTAssertNil(pid, "COMMAND was started by a subscription during the stop\n\(stderr())")
+    }
 }

@@ -1641,4 +1641,115 @@ final class ServerBusTests: XCTestCase {
         let told = bluez.notifications.filter { $0 != [0x2E] }
         XCTAssertTrue(told.contains(Array("N0000000".utf8)), "no doorbell for the diverted reply: \(told)")
     }
+
+    // MARK: - Stream mode while stopping; what waits in the notifier
+
+    private var exitDescription: String {
+        server.exitError.map { "\($0.code.rawValue) \($0.message)" } ?? "none"
+    }
+
+    /// bluetoothd may subscribe a central while blserve stops (the application stays exported
+    /// until it is unregistered, and peripheral.stop runs the loop meanwhile): stream mode must
+    /// not start COMMAND then, after every COMMAND was ended; it would outlive blserve.
+    func testASubscriptionWhileStoppingStartsNoCommand() throws {
+        let pidFile = try scratchDirectory() + "/pid"
+        try start(["--mode", "stream", "sh", "-c", "echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile); exec sleep 300"])
+        try bluez.setConnected(a, true)
+        _ = bluez.connection.call(destination: connection.uniqueName, path: FakeBluetoothd.charPath,
+                                  interface: BlueZ.gattCharacteristicInterface, member: "StartNotify", timeout: 5) { _ in }
+        server.shutdown()
+        var pid: pid_t?
+        for _ in 0..<100 where pid == nil {
+            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            if pid == nil { usleep(10_000) }
+        }
+        if let pid { kill(-pid, SIGKILL); kill(pid, SIGKILL) }
+        XCTAssertNil(pid, "COMMAND was started after the stop had ended every COMMAND")
+    }
+
+    /// A stop (SIGTERM) while COMMAND runs with its stdout already closed: its death by the
+    /// stop's SIGTERM is not the stream's end. blserve exits 0, and --eom sends nothing.
+    func testAStopAfterTheOutputEndedExitsCleanly() throws {
+        try checkStopAfterTheOutputEnded(eom: false)
+    }
+
+    func testAStopAfterTheOutputEndedSendsNoEOM() throws {
+        try checkStopAfterTheOutputEnded(eom: true)
+    }
+
+    private func checkStopAfterTheOutputEnded(eom: Bool) throws {
+        try start(["--mode", "stream"] + (eom ? ["--eom"] : []) + ["sh", "-c", "printf abc; exec >&-; exec sleep 300"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        XCTAssertTrue(loop.run(until: { Array(self.bluez.notifications.joined()) == Array("abc".utf8) }, timeout: 5))
+        settle(0.3)
+        let sent = server.notifier.sentCount
+        server.shutdown()
+        XCTAssertNil(server.exitError, "after a stop blserve would exit with: \(exitDescription)")
+        XCTAssertEqual(server.notifier.sentCount, sent, "notified while stopping on a signal")
+    }
+
+    /// The same with stdout open (the usual case) and bluetoothd slow to answer the
+    /// unregistration: the exit grace must not fire inside the stop and end the stream.
+    func testAStopWithASlowBluetoothdExitsCleanly() throws {
+        try start(["--mode", "stream", "--eom", "sh", "-c", "echo hi; exec sleep 300"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().contains(0x0A) }, timeout: 5))
+        bluez.unregisterDelay = 1.8
+        let sent = server.notifier.sentCount
+        server.shutdown()
+        XCTAssertNil(server.exitError, "after a stop blserve would exit with: \(exitDescription)")
+        XCTAssertEqual(server.notifier.sentCount, sent, "notified (EOM) while stopping on a signal")
+    }
+
+    /// Output read in small pieces while a slow central holds the notifier back is joined: it
+    /// goes out in whole notifications, not one per read.
+    func testSmallWritesQueuedBehindASlowCentralGoOutInWholePieces() throws {
+        let count = 20000
+        try start(["--mode", "stream", "sh", "-c", "i=0; while [ $i -lt \(count) ]; do printf x; i=$((i+1)); done; exec sleep 300"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify(mtu: 185)  // 180 bytes a notification
+        bluez.pauseSocketReads(true)
+        settle(4)
+        bluez.pauseSocketReads(false)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().count >= count }, timeout: 120))
+        XCTAssertEqual(bluez.notifications.joined().count, count)
+        let sizes = bluez.notifications.map(\.count)
+        XCTAssertLessThan(sizes.count, count / 180 + 600, "a backlog of small reads was notified read by read: \(sizes.count) notifications")
+    }
+
+    /// Notifications queued before a central with a smaller (here unknown) MTU connected are cut
+    /// for the links as they are when sent: bluetoothd would otherwise cut them short for it.
+    func testQueuedNotificationsFitACentralThatConnectsMeanwhile() throws {
+        let text = String(repeating: "0123456789", count: 50)
+        try start(["--mode", "stream", "sh", "-c", "while :; do printf %s \(text); done"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify(device: a, mtu: 517)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 2 }, timeout: 5))
+        bluez.pauseSocketReads(true)
+        settle(1)
+        XCTAssertFalse(server.notifier.isIdle, "nothing waits in the notifier: the test proves nothing")
+        try bluez.setConnected(b, true)  // MTU unknown: 20 bytes from now on
+        bluez.clearNotifications()
+        bluez.pauseSocketReads(false)
+        XCTAssertTrue(loop.run(until: { self.bluez.notificationSources.filter { $0 == "signal" }.count >= 50 }, timeout: 20))
+        let sizes = zip(bluez.notifications, bluez.notificationSources).filter { $0.1 == "signal" }.map { $0.0.count }
+        XCTAssertLessThanOrEqual(sizes.max() ?? 0, 20, "notified whole to a central whose MTU allows 20 bytes")
+    }
+
+    /// A subscriber that stops reading bounds what blserve holds, also with 1-byte pieces; and
+    /// so does nobody subscribing (the output is read and dropped).
+    func testAStalledSubscriberBoundsTheQueue() throws {
+        try start(["--mode", "stream", "--chunk", "1", "sh", "-c", "exec cat /dev/zero"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        bluez.pauseSocketReads(true)
+        var most = 0
+        for _ in 0..<20 { settle(0.1); most = max(most, server.notifier.pendingBytes) }
+        XCTAssertLessThan(most, 200_000)
+        try bluez.stopNotify()
+        for _ in 0..<10 { settle(0.1); most = max(most, server.notifier.pendingBytes) }
+        XCTAssertLessThan(most, 200_000)
+    }
 }
