@@ -392,7 +392,7 @@ final class RawMode: ServeMode {
         updateStdoutWatch(s)
     }
 
-    private func deliver(_ bytes: [UInt8], to s: Session) {
+    private func deliver(_ bytes: [UInt8], to s: Session, join: Bool = true) {
         resumePushing(s)
         // Output keeps its order: while earlier output waits in the notifier, later output
         // follows it there even if pushing is no longer possible (the notifier diverts both in
@@ -404,7 +404,7 @@ final class RawMode: ServeMode {
                 : "queued for reads (notifications \(server.notifyCharacteristic.notifying ? "on" : "off"), \(server.peripheral.connectedDevices.count) centrals connected)"))
         }
         if push {
-            pushOutput(bytes, to: s)
+            pushOutput(bytes, to: s, join: join)
         } else {
             queueForRead(bytes, s)
         }
@@ -422,9 +422,9 @@ final class RawMode: ServeMode {
         updateStdoutWatch(s)
     }
 
-    private func pushOutput(_ bytes: [UInt8], to s: Session) {
+    private func pushOutput(_ bytes: [UInt8], to s: Session, join: Bool = true) {
         // Joined to the output queued before it when that waits still (one job, one `done`).
-        let joined = server.notifier.enqueue(bytes, target: s.device, joinKey: ObjectIdentifier(s),
+        let joined = server.notifier.enqueue(bytes, target: s.device, joinKey: join ? ObjectIdentifier(s) : nil,
                                              divert: { [weak self, weak s] rest in
                                                  if let self, let s { self.queueForRead(rest, s) }
                                              },
@@ -478,7 +478,9 @@ final class RawMode: ServeMode {
         closeStdin(s)
         answerDeferred(s)
         s.process = nil
-        if server.config.eom && !s.gone { deliver(Array("EOM".utf8), to: s) }
+        // One notification of its own (blrecv --eom ends at a value equal to it), never joined
+        // to the output still waiting before it, nor the next run's output to it.
+        if server.config.eom && !s.gone { deliver(Array("EOM".utf8), to: s, join: false) }
         if server.config.verbose {
             let ms = Int(((MonotonicClock.seconds() - s.started) * 1000).rounded())
             Tool.warn("\(Server.centralName(s.device)): \(server.handler.name) ended: \(status), \(s.bytesIn) bytes in, \(s.bytesOut) bytes out, \(ms) ms")

@@ -43,7 +43,10 @@ final class Server {
     /// does not ask again when it comes back).
     private(set) var startNotifySubscriber: String?
     private var lastState: Peripheral.State = .stopped
-    private(set) var exitError: ToolError?
+    /// What blserve exits with: set by the first reason to stop, or by stream mode as its
+    /// COMMAND fails (before the stream's last notifications are sent: a signal meanwhile
+    /// does not make that a success).
+    var exitError: ToolError?
 
     var writeCharacteristic: GattCharacteristic { application.characteristics[0] }
     var notifyCharacteristic: GattCharacteristic { application.characteristics[application.characteristics.count - 1] }
@@ -342,7 +345,7 @@ final class Server {
     /// its SIGTERM, is not a reason to exit otherwise).
     func shutdown(_ error: ToolError? = nil) {
         if stopping { return }
-        exitError = error
+        if exitError == nil { exitError = error }
         stopping = true
         mode.shutdown()
         children.terminateAll(signal: SIGTERM, grace: 2)

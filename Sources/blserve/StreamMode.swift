@@ -182,8 +182,7 @@ final class StreamMode: ServeMode {
         if server.config.eom { server.notifier.enqueue(Array("EOM".utf8), chunk: 3) }
         let ms = Int(((MonotonicClock.seconds() - startTime) * 1000).rounded())
         server.debug("\(server.handler.name) ended: \(status), \(bytesOut) bytes notified, \(ms) ms")
-        server.notifier.flush { [unowned self] in
-            self.server.shutdown(status.succeeded ? nil : ToolError(.failure, "\(self.server.handler.name) ended with \(status)"))
-        }
+        if !status.succeeded { server.exitError = ToolError(.failure, "\(server.handler.name) ended with \(status)") }
+        server.notifier.flush { [unowned self] in self.server.shutdown() }
     }
 }

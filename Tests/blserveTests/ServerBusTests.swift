@@ -1232,7 +1232,8 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.notifications, [[]], "with two centrals the output waits to be read")
         try bluez.setConnected(b, false)
         ok(bluez.write(Array("two".utf8), from: a))
-        XCTAssertTrue(loop.run(until: { self.bluez.notifications.count >= 3 }, timeout: 5))
+        // "one" and "two" may go as one notification (output still waiting is joined).
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.joined().count >= 6 }, timeout: 5))
         XCTAssertEqual(String(decoding: bluez.notifications.joined(), as: UTF8.self), "onetwo")
         XCTAssertEqual(bluez.readAll(from: a), [], "the same bytes must not also wait to be read")
     }
@@ -1751,5 +1752,36 @@ final class ServerBusTests: XCTestCase {
         try bluez.stopNotify()
         for _ in 0..<10 { settle(0.1); most = max(most, server.notifier.pendingBytes) }
         XCTAssertLessThan(most, 200_000)
+    }
+
+    /// Raw mode's EOM is a notification of its own also when the run's output still waits in
+    /// the notifier as it ends (blrecv --eom ends at a value equal to EOM).
+    func testRawModeEOMIsItsOwnNotificationBehindWaitingOutput() throws {
+        try start(["--mode", "raw", "--eom", "sh", "-c", "head -c 60000 /dev/zero | tr '\\0' x"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        bluez.pauseSocketReads(true)
+        ok(bluez.write(Array("go".utf8), from: a))
+        settle(1.5)
+        XCTAssertFalse(server.notifier.isIdle, "nothing waits in the notifier: the test proves nothing")
+        bluez.pauseSocketReads(false)
+        XCTAssertTrue(loop.run(until: { self.bluez.notifications.last == Array("EOM".utf8) }, timeout: 20),
+                      "no notification equal to EOM; the last: \(String(decoding: bluez.notifications.last ?? [], as: UTF8.self).suffix(10))")
+        let before = bluez.notifications.dropLast()
+        XCTAssertEqual(before.joined().count, 60000)
+        XCTAssertTrue(before.allSatisfy { $0.allSatisfy { $0 == UInt8(ascii: "x") } }, "EOM was joined into the output")
+    }
+
+    /// A stream COMMAND that failed makes blserve exit 1 even when a signal comes while its
+    /// last notifications are still being sent (the stop does not turn the failure into 0).
+    func testAStreamCommandsFailureOutlivesASignalDuringTheLastNotifications() throws {
+        try start(["--mode", "stream", "sh", "-c", "head -c 40000 /dev/zero; exit 3"])
+        try bluez.setConnected(a, true)
+        try bluez.startNotify()
+        bluez.pauseSocketReads(true)
+        settle(1.5)
+        XCTAssertFalse(server.stopping, "the stream's end was sent already: the test proves nothing")
+        server.shutdown()
+        XCTAssertEqual(server.exitError?.code, .failure, "exit status after the signal: \(exitDescription)")
     }
 }
