@@ -50,11 +50,15 @@ build: deps
 	mkdir -p .build/bin
 	cp $(addprefix .build/static/release/,$(TOOLS)) .build/bin/
 
-# The unit tests take 1-2 minutes; a test that hangs must fail the run, not stall it.
+# The unit tests take 1-2 minutes; a test that hangs must fail the run, not stall it. timeout
+# runs them in a process group of their own, which a Ctrl-C on the terminal does not reach:
+# the signal is passed on to that group.
 TEST_TIMEOUT ?= 900
 test: deps
 	$(SWIFT) build --build-tests
-	timeout --kill-after=10 $(TEST_TIMEOUT) $(SWIFT) test --skip-build --parallel
+	bash -c 'timeout --kill-after=10 $(TEST_TIMEOUT) "$$@" & t=$$!; \
+		trap "kill -TERM -- -$$t 2>/dev/null; wait $$t; exit 130" INT TERM HUP; wait $$t' \
+		- $(SWIFT) test --skip-build --parallel
 
 # Everything BLE runs in one VM boot against the real bluetoothd, with the release binaries.
 BENCH_ENV = env BL_BIN=$(CURDIR)/.build/bin
