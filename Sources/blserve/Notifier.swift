@@ -107,7 +107,7 @@ final class Notifier {
             schedulePump()
             return true
         }
-        jobs.append(Job(target: target, bytes: bytes, chunk: chunk.map { max(1, $0) }, joinKey: key,
+        jobs.append(Job(target: target, bytes: bytes, chunk: chunk, joinKey: key,
                         divert: divert, done: done))
         schedulePump()
         return false

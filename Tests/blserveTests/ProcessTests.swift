@@ -48,7 +48,7 @@ final class ProcessTests: XCTestCase {
     /// A shell fragment for a handler that has read its body into `b`: for the body "slow",
     /// it writes its pid to `pidFile` and sleeps a minute.
     private func slowWhenAsked(_ pidFile: String) -> String {
-        "[ \"$b\" = slow ] && echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile) && exec sleep 60"
+        "[ \"$b\" = slow ] && \(writingPID(to: pidFile)) && exec sleep 60"
     }
 
     /// Writes a "slow" request from `device` and returns the pid of its handler (see
@@ -57,7 +57,7 @@ final class ProcessTests: XCTestCase {
         _ = bluez.write(Array("T0000004slow".utf8), from: device)
         var pid: pid_t?
         XCTAssertTrue(loop.run(until: {
-            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            pid = readPID(pidFile)
             return pid != nil
         }, timeout: 10), "the slow handler did not start")
         return pid
@@ -320,7 +320,7 @@ final class ProcessTests: XCTestCase {
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
         let pidFile = try scratchDirectory() + "/pid"
         let (child, stderr) = try start(["-v", "--mode", "stream", "--", "sh", "-c",
-                                         "echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile); exec sleep 300"],
+                                         "\(writingPID(to: pidFile)); exec sleep 300"],
                                         busAddress: bus.address)
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
         let owner = String(try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count)))
@@ -331,11 +331,7 @@ final class ProcessTests: XCTestCase {
         _ = loop.run(until: { false }, timeout: 0.3)
         try bluez.startNotify()
         XCTAssertEqual(finish(child), .exited(0), stderr())
-        var pid: pid_t?
-        for _ in 0..<50 where pid == nil {
-            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            if pid == nil { usleep(10_000) }
-        }
+        let pid = waitForPID(pidFile, seconds: 0.5)
         if let pid { kill(-pid, SIGKILL); kill(pid, SIGKILL) }
         XCTAssertNil(pid, "COMMAND was started by a subscription during the stop\n\(stderr())")
     }

@@ -1654,16 +1654,12 @@ final class ServerBusTests: XCTestCase {
     /// not start COMMAND then, after every COMMAND was ended; it would outlive blserve.
     func testASubscriptionWhileStoppingStartsNoCommand() throws {
         let pidFile = try scratchDirectory() + "/pid"
-        try start(["--mode", "stream", "sh", "-c", "echo $$ >\(pidFile).tmp && mv \(pidFile).tmp \(pidFile); exec sleep 300"])
+        try start(["--mode", "stream", "sh", "-c", "\(writingPID(to: pidFile)); exec sleep 300"])
         try bluez.setConnected(a, true)
         _ = bluez.connection.call(destination: connection.uniqueName, path: FakeBluetoothd.charPath,
                                   interface: BlueZ.gattCharacteristicInterface, member: "StartNotify", timeout: 5) { _ in }
         server.shutdown()
-        var pid: pid_t?
-        for _ in 0..<100 where pid == nil {
-            pid = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            if pid == nil { usleep(10_000) }
-        }
+        let pid = waitForPID(pidFile, seconds: 1)
         if let pid { kill(-pid, SIGKILL); kill(pid, SIGKILL) }
         XCTAssertNil(pid, "COMMAND was started after the stop had ended every COMMAND")
     }

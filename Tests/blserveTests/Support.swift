@@ -14,6 +14,27 @@ extension XCTestCase {
     }
 }
 
+/// A shell command that writes its shell's pid to `path` in one step (a reader never sees a
+/// half-written file); ``readPID(_:)`` reads it.
+func writingPID(to path: String) -> String {
+    "echo $$ >\(path).tmp && mv \(path).tmp \(path)"
+}
+
+/// The pid written to `path` by ``writingPID(to:)``; nil while there is none.
+func readPID(_ path: String) -> pid_t? {
+    (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+}
+
+/// ``readPID(_:)`` once the file is there, waiting up to `seconds` without running any event
+/// loop (for a test whose loop has stopped); nil if it never came.
+func waitForPID(_ path: String, seconds: Double) -> pid_t? {
+    for _ in 0..<Int(seconds * 100) {
+        if let pid = readPID(path) { return pid }
+        usleep(10_000)
+    }
+    return readPID(path)
+}
+
 /// Whether process `pid` still runs (a zombie waiting to be reaped does not).
 func isAlive(_ pid: pid_t) -> Bool {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
