@@ -23,7 +23,8 @@ public final class LEAdvertisement {
     /// Called when bluetoothd releases the advertisement (it removed it by itself).
     public var onRelease: (() -> Void)?
     /// Decides whether a call may be answered at all (e.g. only calls from bluetoothd's unique
-    /// name): a refused `Release` gets NotPermitted and is not acted on. Default: every call.
+    /// name): a refused one (`Release`, or reading the properties) gets NotPermitted and is not
+    /// acted on. Default: every call.
     public var acceptCall: (IncomingCall) -> Bool = { _ in true }
 
     /// The longest name, in UTF-8 bytes, that fits the scan response (31 - 2 bytes of AD header).
@@ -40,17 +41,18 @@ public final class LEAdvertisement {
             .property("ServiceUUIDs") { [serviceUUIDs] in .stringArray(serviceUUIDs) }
             .property("Discoverable") { .bool(true) }
             .method("Release", inSignature: "", outSignature: "") { [weak self] call in
-                guard let self, self.acceptCall(call) else {
-                    call.fail(GattError.notPermitted("Not bluetoothd"))
-                    return
-                }
                 call.reply([])
-                self.onRelease?()
+                self?.onRelease?()
             }
         if let name = self.localName {
             interface.property("LocalName") { .string(name) }
         }
         try? tree.add(ExportedObject(path: path, interfaces: [interface]), announce: false)
+        tree.admit = { [weak self] call in
+            if self?.acceptCall(call) ?? false { return true }
+            call.fail(GattError.notPermitted("Not bluetoothd"))
+            return false
+        }
     }
 
     /// `text` cut to at most `limit` UTF-8 bytes, at a character boundary.

@@ -370,13 +370,12 @@ public final class GattCharacteristic {
                                        changed: ["Value": .bytes(value)])
     }
 
-    func makeInterface(accept: @escaping (IncomingCall) -> Bool) -> ExportedInterface {
+    func makeInterface() -> ExportedInterface {
         let interface = ExportedInterface(BlueZ.gattCharacteristicInterface)
             .property("UUID") { [uuid] in .string(uuid) }
             .property("Service") { [servicePath] in .objectPath(servicePath) }
             .property("Flags") { [flags] in .stringArray(flags) }
             .method("ReadValue", inSignature: "a{sv}", outSignature: "ay") { [weak self] call in
-                guard accept(call) else { return }
                 guard let self, let onRead = self.onRead else {
                     call.fail(GattError.notSupported("Read not supported"))
                     return
@@ -384,7 +383,6 @@ public final class GattCharacteristic {
                 onRead(GattRequestOptions.of(call).options, call)
             }
             .method("WriteValue", inSignature: "aya{sv}", outSignature: "") { [weak self] call in
-                guard accept(call) else { return }
                 guard let self, let onWrite = self.onWrite else {
                     call.fail(GattError.notSupported("Write not supported"))
                     return
@@ -393,13 +391,11 @@ public final class GattCharacteristic {
                 onWrite(value, options, call)
             }
             .method("StartNotify", inSignature: "", outSignature: "") { [weak self] call in
-                guard accept(call) else { return }
                 call.reply([])
                 self?.onStartNotify?()
                 self?.setNotifying(true)
             }
             .method("StopNotify", inSignature: "", outSignature: "") { [weak self] call in
-                guard accept(call) else { return }
                 call.reply([])
                 self?.setNotifying(false)
             }
@@ -411,8 +407,7 @@ public final class GattCharacteristic {
             interface
                 .property("NotifyAcquired") { [weak self] in .bool(self?.hasNotifySockets ?? false) }
                 .method("AcquireNotify", inSignature: "a{sv}", outSignature: "hq") { [weak self] call in
-                    guard accept(call) else { return }
-                    guard let self else {
+                        guard let self else {
                         call.fail(GattError.notSupported("Gone"))
                         return
                     }
@@ -450,8 +445,9 @@ public final class GattApplication {
     public let tree: ExportedObjectTree
     public let characteristics: [GattCharacteristic]
 
-    /// Decides whether a call may be answered at all (e.g. only calls from bluetoothd's unique
-    /// name). A refused call gets NotPermitted. Default: every call is accepted.
+    /// Decides whether a call to any of the application's objects may be answered at all (e.g.
+    /// only calls from bluetoothd's unique name; Properties and GetManagedObjects too). A refused
+    /// call gets NotPermitted. Default: every call is accepted.
     public var acceptCall: (IncomingCall) -> Bool = { _ in true }
 
     /// - Parameters:
@@ -482,12 +478,12 @@ public final class GattApplication {
         try? tree.add(service, announce: false)
         for c in made {
             c.tree = tree
-            let interface = c.makeInterface { [weak self] call in
-                if self?.acceptCall(call) ?? false { return true }
-                call.fail(GattError.notPermitted("Not bluetoothd"))
-                return false
-            }
-            try? tree.add(ExportedObject(path: c.path, interfaces: [interface]), announce: false)
+            try? tree.add(ExportedObject(path: c.path, interfaces: [c.makeInterface()]), announce: false)
+        }
+        tree.admit = { [weak self] call in
+            if self?.acceptCall(call) ?? false { return true }
+            call.fail(GattError.notPermitted("Not bluetoothd"))
+            return false
         }
     }
 

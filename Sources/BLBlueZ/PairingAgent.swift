@@ -48,7 +48,7 @@ public final class PairingAgent {
             interface.method(member, inSignature: "", outSignature: "") { call in call.reply([]) }
         }
         interface.method("RequestAuthorization", inSignature: "o", outSignature: "") { [weak self] call in
-            guard let self, self.admit(call) else { return }
+            guard let self else { return }
             let device = call.arguments.first?.objectPath ?? ""
             let accepted = !device.isEmpty && self.accept(device)
             if accepted {
@@ -63,17 +63,21 @@ public final class PairingAgent {
                                                     ("DisplayPinCode", "os", ""), ("RequestConfirmation", "ou", ""),
                                                     ("AuthorizeService", "os", "")] {
             interface.method(member, inSignature: inSignature, outSignature: outSignature) { [weak self] call in
-                guard let self, self.admit(call) else { return }
+                guard let self else { return }
                 call.fail(name: Self.rejected, message: "\(member): this agent has no input and no output")
                 if let device = call.arguments.first?.objectPath { self.onDecision?(device, false) }
             }
         }
         // Shown to nobody: there is no display. (Not called for NoInputNoOutput.)
-        interface.method("DisplayPasskey", inSignature: "ouq", outSignature: "") { [weak self] call in
-            guard let self, self.admit(call) else { return }
-            call.reply([])
-        }
+        interface.method("DisplayPasskey", inSignature: "ouq", outSignature: "") { call in call.reply([]) }
         try? tree.add(ExportedObject(path: path, interfaces: [interface]), announce: false)
+        tree.admit = { [weak self] call in
+            guard let self else {
+                call.fail(name: Self.rejected, message: "No agent")
+                return false
+            }
+            return self.admit(call)
+        }
     }
 
     /// `AgentManager1.UnregisterAgent` for this agent, waiting up to `timeout` seconds (the loop

@@ -88,6 +88,12 @@ public final class Peripheral {
     /// ``longestAgentRetryInterval`` (the service runs meanwhile; only pairing waits).
     public static let agentRetryInterval = 1.0
     public static let longestAgentRetryInterval = 60.0
+    /// Seconds before a refused registration is tried again, doubling while bluetoothd keeps
+    /// refusing, up to ``longestFailureRetryInterval`` (each refusal is reported).
+    public static let failureRetryInterval = 1.0
+    public static let longestFailureRetryInterval = 30.0
+    /// Seconds to wait for bluetoothd's answer to a Register call (it reads our objects first).
+    public var registrationTimeout = 15.0
 
     private var running = false
     private var generation = 0
@@ -98,6 +104,16 @@ public final class Peripheral {
     /// The agent is registered with the bluetoothd that runs now (it is not tied to the adapter).
     private var agentRegistered = false
     private var agentRetryDelay = Peripheral.agentRetryInterval
+    private var agentRetryTimer: TimerToken?
+    private var failureRetryDelay = Peripheral.failureRetryInterval
+    /// What bluetoothd holds of the application and of the advertisement: nothing, the
+    /// registration it accepted, or not known (a Register call that got no answer may still be
+    /// under way in bluetoothd, and AlreadyExists may name such a call: BlueZ 5.66 queues an
+    /// application before it has read its objects, and drops it if that fails). What is not
+    /// known is unregistered before it is registered again.
+    private enum Held { case nothing, registered, unknown }
+    private var applicationHeld = Held.nothing
+    private var advertisementHeld = Held.nothing
     private var subscriptions: [SubscriptionToken] = []
     private var loop: EventLoop { bus.loop }
 
@@ -161,18 +177,25 @@ public final class Peripheral {
         generation += 1
         if let retryTimer { loop.cancel(retryTimer) }
         retryTimer = nil
+        cancelAgentRetry()
         for token in subscriptions { bus.unsubscribe(token) }
         subscriptions.removeAll()
-        if state == .registered || state == .registering, bluezOwner != nil, bus.isConnected {
-            if let advertisement {
+        // Also after a registration that stopped half way (the application registered, the
+        // advertisement refused).
+        if bluezOwner != nil, bus.isConnected {
+            if let advertisement, state == .registering || advertisementHeld != .nothing {
                 _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
                                          interface: BlueZ.advertisingManagerInterface, member: "UnregisterAdvertisement",
                                          args: [.objectPath(advertisement.path)], timeout: timeout)
             }
-            _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
-                                     interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
-                                     args: [.objectPath(application.root)], timeout: timeout)
+            if state == .registering || applicationHeld != .nothing {
+                _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
+                                         interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
+                                         args: [.objectPath(application.root)], timeout: timeout)
+            }
         }
+        applicationHeld = .nothing
+        advertisementHeld = .nothing
         // Also while the adapter is away: the agent belongs to bluetoothd, not to the adapter.
         if let agent, agentRegistered, bluezOwner != nil, bus.isConnected {
             agent.unregister(from: bus, timeout: timeout)
@@ -210,13 +233,15 @@ public final class Peripheral {
         }
     }
 
-    /// Starts one registration attempt unless one is running or all is registered.
+    /// Starts one registration attempt unless one is running or all is registered. It does not
+    /// start bluetoothd through the bus (D-Bus activation): a bluetoothd stopped on purpose stays
+    /// stopped, and its return is waited for.
     private func attempt() {
         guard running, !attemptInFlight, state != .registered else { return }
         attemptInFlight = true
         let gen = generation
         bus.call(destination: BlueZ.service, path: "/", interface: DBusInterfaceName.objectManager,
-                 member: "GetManagedObjects", timeout: 5) { [weak self] result in
+                 member: "GetManagedObjects", timeout: 5, autoStart: false) { [weak self] result in
             guard let self, gen == self.generation, self.running else { return }
             switch result {
             case .failure(let error):
@@ -261,12 +286,18 @@ public final class Peripheral {
 
     private func register(_ gen: Int) {
         setState(.registering)
-        guard agent != nil else { return registerApplication(gen) }
+        guard agent != nil, !agentRegistered else { return registerApplication(gen) }
         // The agent first: a central may pair as soon as it finds the advertisement. Without it
         // the service still works for centrals that do not pair, so a failure is reported, the
         // registration goes on, and the agent alone is tried again later.
+        cancelAgentRetry()
         agentRetryDelay = Self.agentRetryInterval
         registerAgent(gen) { [weak self] in self?.registerApplication(gen) }
+    }
+
+    private func cancelAgentRetry() {
+        if let agentRetryTimer { loop.cancel(agentRetryTimer) }
+        agentRetryTimer = nil
     }
 
     /// RegisterAgent, then `then` (whatever the answer, unless `gen` has passed). A failure is
@@ -285,8 +316,12 @@ public final class Peripheral {
                 self.agentRetryDelay = min(delay * 2, Self.longestAgentRetryInterval)
                 self.onAgentError?(DBusError(name: error.name, message: "RegisterAgent: \(error.message)"
                                              + " (centrals cannot pair; trying again in \(formatSeconds(delay)) s)"))
-                _ = self.loop.schedule(after: delay) { [weak self] in
-                    guard let self, gen == self.generation, self.running, !self.agentRegistered else { return }
+                // One retry waits at a time, whatever number of attempts failed meanwhile.
+                self.cancelAgentRetry()
+                self.agentRetryTimer = self.loop.schedule(after: delay) { [weak self] in
+                    guard let self else { return }
+                    self.agentRetryTimer = nil
+                    guard gen == self.generation, self.running, !self.agentRegistered else { return }
                     self.registerAgent(gen) {}
                 }
             } else {
@@ -298,46 +333,80 @@ public final class Peripheral {
     }
 
     private func registerApplication(_ gen: Int) {
-        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.gattManagerInterface,
-                 member: "RegisterApplication", args: [.objectPath(application.root), .stringDict([:])],
-                 timeout: 15) { [weak self] result in
-            guard let self, gen == self.generation, self.running else { return }
-            if case .failure(let error) = result, !Self.alreadyExists(error) {
-                // BlueZ 5.74 and 5.75 refuse so every application that gives no handles
-                // (bluez/bluez#821, fixed in 5.76); other versions a UUID bluetoothd reserves.
-                let hint = error.message.contains("Failed to create entry in database")
-                    ? " (a UUID bluetoothd itself serves, such as 1800 or 1801? BlueZ 5.74 and 5.75 refuse every application so: use 5.76 or later)" : ""
-                self.registrationFailed(DBusError(name: error.name, message: "RegisterApplication on \(self.adapterName): \(error.message)\(hint)"))
-                return
-            }
-            guard let advertisement = self.advertisement else {
-                self.registered()
-                return
-            }
-            self.registerAdvertisement(advertisement) { [weak self] error in
+        guard applicationHeld != .registered else { return registerAdvertisementStep(gen) }
+        unregisterIfUnknown(application: true, gen) { [weak self] in
+            guard let self else { return }
+            self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.gattManagerInterface,
+                          member: "RegisterApplication", args: [.objectPath(self.application.root), .stringDict([:])],
+                          timeout: self.registrationTimeout, autoStart: false) { [weak self] result in
                 guard let self, gen == self.generation, self.running else { return }
-                if let error {
-                    self.registrationFailed(error)
+                if case .failure(let error) = result {
+                    self.applicationHeld = .unknown
+                    // BlueZ 5.74 and 5.75 refuse so every application that gives no handles
+                    // (bluez/bluez#821, fixed in 5.76); other versions a UUID bluetoothd reserves.
+                    let hint = error.message.contains("Failed to create entry in database")
+                        ? " (a UUID bluetoothd itself serves, such as 1800 or 1801? BlueZ 5.74 and 5.75 refuse every application so: use 5.76 or later)" : ""
+                    self.registrationFailed(DBusError(name: error.name, message: "RegisterApplication on \(self.adapterName): \(error.message)\(hint)"))
                     return
                 }
-                self.registered()
+                self.applicationHeld = .registered
+                self.registerAdvertisementStep(gen)
             }
         }
     }
 
-    /// RegisterAdvertisement; `completion` gets nil when it is registered (AlreadyExists counts).
-    private func registerAdvertisement(_ advertisement: LEAdvertisement, completion: @escaping (DBusError?) -> Void) {
-        bus.call(destination: BlueZ.service, path: adapterPath, interface: BlueZ.advertisingManagerInterface,
-                 member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
-                 timeout: 15) { [adapterName] result in
-            guard case .failure(let error) = result, !Self.alreadyExists(error) else { return completion(nil) }
-            completion(DBusError(name: error.name, message: "RegisterAdvertisement on \(adapterName): \(error.message)"))
+    private func registerAdvertisementStep(_ gen: Int) {
+        guard let advertisement, advertisementHeld != .registered else { return registered() }
+        registerAdvertisement(advertisement, gen) { [weak self] error in
+            guard let self else { return }
+            if let error {
+                self.registrationFailed(error)
+                return
+            }
+            self.registered()
+        }
+    }
+
+    /// Unregisters the application (or the advertisement) first if bluetoothd may hold it or
+    /// be registering it (``Held/unknown``), then `then` (unless `gen` has passed meanwhile).
+    private func unregisterIfUnknown(application: Bool, _ gen: Int, then: @escaping () -> Void) {
+        let held = application ? applicationHeld : advertisementHeld
+        guard held == .unknown else { return then() }
+        let (interface, member, path) = application
+            ? (BlueZ.gattManagerInterface, "UnregisterApplication", self.application.root)
+            : (BlueZ.advertisingManagerInterface, "UnregisterAdvertisement", advertisement?.path ?? "/")
+        bus.call(destination: BlueZ.service, path: adapterPath, interface: interface, member: member,
+                 args: [.objectPath(path)], timeout: 5, autoStart: false) { [weak self] _ in
+            guard let self, gen == self.generation, self.running else { return }
+            if application { self.applicationHeld = .nothing } else { self.advertisementHeld = .nothing }
+            then()
+        }
+    }
+
+    /// RegisterAdvertisement (after unregistering one that may be held); `completion` gets nil
+    /// when it is registered. Not called once `gen` has passed.
+    private func registerAdvertisement(_ advertisement: LEAdvertisement, _ gen: Int,
+                                       completion: @escaping (DBusError?) -> Void) {
+        unregisterIfUnknown(application: false, gen) { [weak self] in
+            guard let self else { return }
+            self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.advertisingManagerInterface,
+                          member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
+                          timeout: self.registrationTimeout, autoStart: false) { [weak self] result in
+                guard let self, gen == self.generation, self.running else { return }
+                guard case .failure(let error) = result else {
+                    self.advertisementHeld = .registered
+                    return completion(nil)
+                }
+                self.advertisementHeld = .unknown
+                completion(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
+            }
         }
     }
 
     private func registered() {
         attemptInFlight = false
         nextRetry = Self.retryInterval
+        failureRetryDelay = Self.failureRetryInterval
         registrationCount += 1
         setState(.registered)
     }
@@ -346,7 +415,9 @@ public final class Peripheral {
         attemptInFlight = false
         setState(.waiting(error.oneLine))
         onRegistrationError?(error)
-        scheduleRetry(after: 1)
+        let delay = failureRetryDelay
+        failureRetryDelay = min(delay * 2, Self.longestFailureRetryInterval)
+        scheduleRetry(after: delay)
     }
 
     /// Only the advertisement went: the application, the links and the subscriptions stay, so
@@ -358,15 +429,16 @@ public final class Peripheral {
         registerAdvertisementAgain(generation)
     }
 
-    private func registerAdvertisementAgain(_ gen: Int) {
+    private func registerAdvertisementAgain(_ gen: Int, after delay: Double = Peripheral.failureRetryInterval) {
         guard let advertisement else { return }
-        registerAdvertisement(advertisement) { [weak self] error in
-            guard let self, gen == self.generation, self.running, self.state == .registered else { return }
+        if advertisementHeld == .registered { advertisementHeld = .nothing }
+        registerAdvertisement(advertisement, gen) { [weak self] error in
+            guard let self, self.state == .registered else { return }
             if let error {
                 self.onRegistrationError?(error)
-                _ = self.loop.schedule(after: 1) { [weak self] in
+                _ = self.loop.schedule(after: delay) { [weak self] in
                     guard let self, gen == self.generation else { return }
-                    self.registerAdvertisementAgain(gen)
+                    self.registerAdvertisementAgain(gen, after: min(delay * 2, Self.longestFailureRetryInterval))
                 }
                 return
             }
@@ -380,6 +452,10 @@ public final class Peripheral {
         attemptInFlight = false
         poweringRequested = false
         nextRetry = Self.retryInterval
+        failureRetryDelay = Self.failureRetryInterval
+        applicationHeld = .nothing
+        advertisementHeld = .nothing
+        cancelAgentRetry()
         application.resetSubscriptions()
         for device in connectedDevices.sorted() {
             connectedDevices.remove(device)

@@ -272,16 +272,18 @@ public final class DBusConnection {
     }
 
     /// Sends a method call built from its parts; `reply` receives the reply's arguments.
-    /// See ``call(_:timeout:reply:)``.
+    /// See ``call(_:timeout:reply:)``. With `autoStart` false, the bus does not start a
+    /// destination that is not running (it answers ServiceUnknown instead).
     @discardableResult
     public func call(
         destination: String?, path: String, interface: String?, member: String,
-        args: [DBusValue] = [], timeout: Double? = nil,
+        args: [DBusValue] = [], timeout: Double? = nil, autoStart: Bool = true,
         reply: @escaping (Result<[DBusValue], DBusError>) -> Void
     ) -> DBusPendingCall {
         let message: DBusMessage
         do {
             message = try DBusMessage.methodCall(destination: destination, path: path, interface: interface, member: member)
+            message.autoStart = autoStart
             try message.append(args)
         } catch {
             let pc = DBusPendingCall(id: makeID(), connection: self) { result in reply(result.map(\.arguments)) }

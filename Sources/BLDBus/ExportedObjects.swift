@@ -241,6 +241,10 @@ public final class ExportedObjectTree {
     public internal(set) weak var connection: DBusConnection?
     /// Whether the root answers ObjectManager.GetManagedObjects (default true).
     public var providesObjectManager = true
+    /// Decides whether a method call to the tree is answered at all, before anything else
+    /// (Properties, Introspect and GetManagedObjects included). A call it refuses (returning
+    /// false) must be answered by it, with an error. Default: every call is admitted.
+    public var admit: ((IncomingCall) -> Bool)?
 
     private var objects: [String: ExportedObject] = [:]
 
@@ -349,6 +353,7 @@ public final class ExportedObjectTree {
     }
 
     func handle(_ call: IncomingCall) {
+        if let admit, !admit(call) { return }
         let path = call.path
         let member = call.member
         switch call.interface {

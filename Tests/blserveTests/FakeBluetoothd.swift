@@ -31,6 +31,18 @@ final class FakeBluetoothd {
     private(set) var registrationOrder: [String] = []
     /// How many RegisterAgent calls to come are refused (with Failed).
     var agentRefusals = 0
+    private(set) var agentCalls = 0
+    /// How many RegisterApplication and RegisterAdvertisement calls to come are refused.
+    var applicationRefusals = 0
+    var advertisementRefusals = 0
+    private(set) var advertisementCalls = 0
+    /// The next RegisterApplication is held this many seconds, then refused (as bluetoothd
+    /// refuses an application whose objects it cannot use). Meanwhile the application counts as
+    /// registered: BlueZ 5.66 queues it before reading its objects, so another RegisterApplication
+    /// for it gets AlreadyExists and UnregisterApplication removes it (the late refusal is
+    /// then never sent).
+    var holdNextRegistration = 0.0
+    private var heldApplications: [String: TimerToken] = [:]
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
     private var notificationToken: SubscriptionToken?
@@ -58,7 +70,12 @@ final class FakeBluetoothd {
             ExportedInterface(BlueZ.gattManagerInterface)
                 .method("RegisterApplication", inSignature: "oa{sv}") { [unowned self] call in self.registerApplication(call) }
                 .method("UnregisterApplication", inSignature: "o") { [unowned self] call in
-                    self.applications[(call.sender ?? "") + (call.arguments[0].objectPath ?? "")] = nil
+                    let key = (call.sender ?? "") + (call.arguments[0].objectPath ?? "")
+                    if let held = self.heldApplications.removeValue(forKey: key) {
+                        self.loop.cancel(held)
+                    } else if self.applications.removeValue(forKey: key) == nil {
+                        return call.fail(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+                    }
                     call.reply([])
                 },
             ExportedInterface(BlueZ.advertisingManagerInterface)
@@ -77,6 +94,7 @@ final class FakeBluetoothd {
             ExportedInterface(BlueZ.agentManagerInterface)
                 .method("RegisterAgent", inSignature: "os") { [unowned self] call in
                     self.registrationOrder.append("agent")
+                    self.agentCalls += 1
                     if self.agentRefusals > 0 {
                         self.agentRefusals -= 1
                         return call.fail(name: "org.bluez.Error.Failed", message: "Resource temporarily unavailable")
@@ -107,6 +125,8 @@ final class FakeBluetoothd {
         applications.removeAll()
         advertisements.removeAll()
         agents.removeAll()
+        for held in heldApplications.values { loop.cancel(held) }
+        heldApplications.removeAll()
         notificationToken = nil
         try connect()
         if !serverName.isEmpty { try watchNotifications(of: serverName) }
@@ -116,6 +136,22 @@ final class FakeBluetoothd {
         registerCalls += 1
         registrationOrder.append("application")
         guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
+        let key = sender + path
+        if applications[key] != nil || heldApplications[key] != nil {
+            return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+        }
+        if applicationRefusals > 0 {
+            applicationRefusals -= 1
+            return call.fail(name: "org.bluez.Error.Failed", message: "Failed to create entry in database")
+        }
+        if holdNextRegistration > 0 {
+            heldApplications[key] = loop.schedule(after: holdNextRegistration) { [unowned self] in
+                self.heldApplications[key] = nil
+                call.fail(name: "org.bluez.Error.Failed", message: "No object received")
+            }
+            holdNextRegistration = 0
+            return
+        }
         connection.call(destination: sender, path: path, interface: DBusInterfaceName.objectManager, member: "GetManagedObjects",
                         timeout: 5) { [unowned self] result in
             switch result {
@@ -132,7 +168,15 @@ final class FakeBluetoothd {
     }
 
     private func registerAdvertisement(_ call: IncomingCall) {
+        advertisementCalls += 1
         guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
+        if advertisements[sender + path] != nil {
+            return call.fail(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+        }
+        if advertisementRefusals > 0 {
+            advertisementRefusals -= 1
+            return call.fail(name: "org.bluez.Error.NotPermitted", message: "Maximum advertisements reached")
+        }
         connection.call(destination: sender, path: path, interface: DBusInterfaceName.properties, member: "GetAll",
                         args: [.string(BlueZ.advertisementInterface)], timeout: 5) { [unowned self] result in
             switch result {

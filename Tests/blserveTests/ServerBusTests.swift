@@ -299,6 +299,77 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(server.peripheral.advertisementsRenewed, 0)
     }
 
+    /// Everything the application exports answers bluetoothd only: its properties, its objects
+    /// and `Confirm` too, and the agent's `Cancel` and `Release`.
+    func testNothingTheServerExportsAnswersAnotherCaller() throws {
+        try start(["--secure", "cat"])
+        let other = try DBusConnection(address: bus.address, loop: loop)
+        let calls: [(path: String, interface: String, member: String, args: [DBusValue], refusal: String)] = [
+            (FakeBluetoothd.charPath, DBusInterfaceName.properties, "GetAll", [.string(BlueZ.gattCharacteristicInterface)],
+             "org.bluez.Error.NotPermitted"),
+            (FakeBluetoothd.charPath, BlueZ.gattCharacteristicInterface, "Confirm", [], "org.bluez.Error.NotPermitted"),
+            ("/org/blpipe/blserve", DBusInterfaceName.objectManager, "GetManagedObjects", [], "org.bluez.Error.NotPermitted"),
+            ("/org/blpipe/blserve_advertisement", DBusInterfaceName.properties, "GetAll", [.string(BlueZ.advertisementInterface)],
+             "org.bluez.Error.NotPermitted"),
+            ("/org/blpipe/blserve_agent", BlueZ.agentInterface, "Cancel", [], "org.bluez.Error.Rejected"),
+            ("/org/blpipe/blserve_agent", BlueZ.agentInterface, "Release", [], "org.bluez.Error.Rejected"),
+        ]
+        for c in calls {
+            XCTAssertThrowsError(try other.callAndWait(destination: connection.uniqueName, path: c.path, interface: c.interface,
+                                                       member: c.member, args: c.args, timeout: 5), "\(c.path) \(c.member)") { error in
+                XCTAssertEqual((error as? DBusError)?.name, c.refusal, "\(c.path) \(c.member)")
+            }
+        }
+        // bluetoothd itself still reads them.
+        XCTAssertNoThrow(try bluez.connection.callAndWait(destination: connection.uniqueName, path: FakeBluetoothd.charPath,
+                                                          interface: DBusInterfaceName.properties, member: "GetAll",
+                                                          args: [.string(BlueZ.gattCharacteristicInterface)], timeout: 5))
+    }
+
+    /// A RegisterApplication that got no answer in time may still be under way in bluetoothd
+    /// (5.66 queues the application first, answers another RegisterApplication for it with
+    /// AlreadyExists, and drops it if reading its objects fails). Taking that AlreadyExists for
+    /// success left blserve "registered" with no service once the first call failed; the
+    /// application is now unregistered and registered again.
+    func testARegistrationLeftUnansweredIsUnregisteredBeforeTheNext() throws {
+        try start(["cat"])
+        server.peripheral.registrationTimeout = 1
+        bluez.holdNextRegistration = 4
+        try bluez.restart()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.state == .registered }, timeout: 10), "\(server.peripheral.state)")
+        settle(4)  // past the moment the held call would have been refused
+        XCTAssertEqual(server.peripheral.state, .registered)
+        XCTAssertEqual(bluez.applications.count, 1, "bluetoothd holds no application")
+        XCTAssertEqual(bluez.advertisements.count, 1)
+    }
+
+    /// A bluetoothd that keeps refusing: the registration is tried again less and less often,
+    /// and the agent (refused too) is tried by one chain of retries, not one more per attempt.
+    func testRefusedRegistrationsBackOffAndTheAgentRetriesDoNotPileUp() throws {
+        try start(["--secure", "cat"])
+        bluez.agentRefusals = .max
+        bluez.applicationRefusals = .max
+        try bluez.restart()
+        settle(12)
+        // Attempts at about 0, 1, 3 and 7 s (each refusal doubles the wait, up to 30 s).
+        XCTAssertGreaterThanOrEqual(bluez.registerCalls, 3)
+        XCTAssertLessThanOrEqual(bluez.registerCalls, 5)
+        XCTAssertLessThanOrEqual(bluez.agentCalls, 2 * bluez.registerCalls + 2, "RegisterApplication \(bluez.registerCalls) times")
+    }
+
+    /// SIGINT/SIGTERM after a registration that stopped half way (the application registered,
+    /// the advertisement refused) still unregisters the application.
+    func testStoppingAfterAHalfRegistrationUnregistersTheApplication() throws {
+        try start(["cat"])
+        bluez.advertisementRefusals = .max
+        try bluez.restart()
+        XCTAssertTrue(loop.run(until: { !self.bluez.applications.isEmpty && self.bluez.advertisementCalls > 0 }, timeout: 5))
+        settle(0.2)
+        XCTAssertNotEqual(server.peripheral.state, .registered)
+        server.peripheral.stop(timeout: 2)
+        XCTAssertEqual(bluez.applications.count, 0, "the application is still registered")
+    }
+
     // MARK: - Frame mode
 
     func testReplyIsQueuedForTheAskerAndAnnouncedWithADoorbell() throws {
