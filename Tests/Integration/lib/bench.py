@@ -8,6 +8,7 @@ The bench (scripts/bench/vm-run) exports BL_ADAPTER_A, BL_ADAPTER_B, ... (hciN n
 BL_ADDR_A, BL_ADDR_B, ... (their addresses) and BL_BENCH_OUT (the output directory).
 """
 
+import collections
 import os
 import socket
 import sys
@@ -485,8 +486,16 @@ class Characteristic(dbus.service.Object):
     it got an answer meant for it. Set on_read / on_write to change that.
     """
 
-    def __init__(self, bench, service, uuid, flags=("read", "write", "notify"), acquire_write=False):
+    def __init__(self, bench, service, uuid, flags=("read", "write", "notify"), acquire_write=False,
+                 acquire_notify=False):
         self.bench = bench
+        # With acquire_notify, bluetoothd asks for a socket when a central subscribes
+        # (AcquireNotify, bluez-notes §3.8) and notify() writes each value to it, as blserve's raw
+        # and stream modes do, instead of a PropertiesChanged signal through dbus-daemon.
+        self.acquire_notify = acquire_notify
+        self.notify_socket = None
+        self.notify_backlog = collections.deque()
+        self.notify_watch = None
         # With acquire_write, bluetoothd hands every write to a socket (AcquireWrite, bluez-notes
         # §3.8) instead of one WriteValue call each; on_write then sees empty options.
         self.acquire_write = acquire_write
@@ -512,6 +521,8 @@ class Characteristic(dbus.service.Object):
         }
         if self.acquire_write:
             props["WriteAcquired"] = dbus.Boolean(bool(self.write_sockets))
+        if self.acquire_notify:
+            props["NotifyAcquired"] = dbus.Boolean(self.notify_socket is not None)
         return props
 
     @dbus.service.method(PROPS_IFACE, in_signature="s", out_signature="a{sv}")
@@ -578,6 +589,56 @@ class Characteristic(dbus.service.Object):
         theirs.close()
         return fd, dbus.UInt16(int(options.get("mtu", 23)))
 
+    @dbus.service.method(CHRC_IFACE, in_signature="a{sv}", out_signature="hq")
+    def AcquireNotify(self, options):
+        if not self.acquire_notify:
+            raise dbus.DBusException("no AcquireNotify here", name="org.bluez.Error.NotSupported")
+        self._drop_notify_socket()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.setblocking(False)
+        theirs.setblocking(False)  # bluetoothd must never block on it (bluez-notes §3.8)
+        self.notify_socket = ours
+        # bluetoothd writes nothing to it for notifications: readable means closed.
+        GLib.io_add_watch(ours.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP | GLib.IO_ERR,
+                          lambda _fd, _condition: self._notify_socket_closed(ours))
+        self.notifying = True
+        fd = dbus.types.UnixFd(theirs)  # duplicates the descriptor
+        theirs.close()
+        return fd, dbus.UInt16(int(options.get("mtu", 23)))
+
+    def _notify_socket_closed(self, sock):
+        if sock is self.notify_socket:
+            self._drop_notify_socket()
+            self.notifying = False
+        return False
+
+    def _drop_notify_socket(self):
+        if self.notify_watch is not None:
+            GLib.source_remove(self.notify_watch)
+            self.notify_watch = None
+        if self.notify_socket is not None:
+            self.notify_socket.close()
+            self.notify_socket = None
+        self.notify_backlog.clear()
+
+    def _send_backlog(self, *_):
+        """Writes waiting values to the notification socket until it is full; True while some wait."""
+        sock, backlog = self.notify_socket, self.notify_backlog
+        while backlog and sock is not None:
+            try:
+                sock.send(backlog[0])
+            except BlockingIOError:
+                if self.notify_watch is None:
+                    self.notify_watch = GLib.io_add_watch(sock.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_OUT,
+                                                          self._send_backlog)
+                return True
+            except OSError:
+                self._drop_notify_socket()
+                return False
+            backlog.popleft()
+        self.notify_watch = None
+        return False
+
     @dbus.service.method(CHRC_IFACE, in_signature="", out_signature="")
     def StartNotify(self):
         self.notifying = True
@@ -593,6 +654,12 @@ class Characteristic(dbus.service.Object):
     def notify(self, value):
         """Send a notification to every subscribed central (5.66 cannot target one)."""
         self.value = bytes(value)
+        if self.notify_socket is not None and self.value:
+            # In order behind what waits; an empty value would read as end of file.
+            self.notify_backlog.append(self.value)
+            if self.notify_watch is None:
+                self._send_backlog()
+            return
         self.PropertiesChanged(CHRC_IFACE, {"Value": dbus.ByteArray(self.value)}, [])
 
 
@@ -605,8 +672,8 @@ class Service(dbus.service.Object):
         self.characteristics = []
         super().__init__(bench.bus, self.path)
 
-    def add_characteristic(self, uuid, flags=("read", "write", "notify"), acquire_write=False):
-        chrc = Characteristic(self.bench, self, uuid, flags, acquire_write)
+    def add_characteristic(self, uuid, flags=("read", "write", "notify"), acquire_write=False, acquire_notify=False):
+        chrc = Characteristic(self.bench, self, uuid, flags, acquire_write, acquire_notify)
         self.characteristics.append(chrc)
         return chrc
 

@@ -5,12 +5,12 @@
       answered through the doorbell and reads; prints one JSON line with every latency (seconds).
       With PAUSE (seconds), each request after a reply waits that long first, as a person using
       the app would: the latency of a request made to an idle server, not one of a stream.
-  blserve_bench.py bulk ADAPTER ADDRESS SIZE
+  blserve_bench.py bulk ADAPTER ADDRESS SIZE [down]
       NUS layout: writes SIZE random bytes to RX with write commands and waits for the notification
       "done SHA256HEX" (checked against the bytes sent); then writes "GO" and collects SIZE bytes of
       notifications from TX (checked against benchlog.payload). Notifications come through
       AcquireNotify's socket, as blrecv takes them. Prints one JSON line with both durations
-      (seconds, from the first write to the last byte)."""
+      (seconds, from the first write to the last byte). With down, only the download."""
 import asyncio
 import hashlib
 import json
@@ -72,7 +72,7 @@ async def wait_for(event, failure, progress=None):
             pass
 
 
-async def bulk(adapter, address, size):
+async def bulk(adapter, address, size, up=True):
     data = os.urandom(size)
     received = bytearray()
     done = asyncio.Event()
@@ -96,11 +96,13 @@ async def bulk(adapter, address, size):
         tx = client.services.get_characteristic(NUS_TX)
         await client.start_notify(tx, on_notify, bluez={"use_start_notify": False})
         piece = min(rx.max_write_without_response_size, MAX_PIECE)
-        start = time.monotonic()
-        for i in range(0, size, piece):
-            await client.write_gatt_char(rx, data[i:i + piece], response=False)
-        await wait_for(done, "upload: no \"done\" from the peripheral within %d s" % LIMIT)
-        upload = time.monotonic() - start
+        upload = None
+        if up:
+            start = time.monotonic()
+            for i in range(0, size, piece):
+                await client.write_gatt_char(rx, data[i:i + piece], response=False)
+            await wait_for(done, "upload: no \"done\" from the peripheral within %d s" % LIMIT)
+            upload = time.monotonic() - start
         mode[0] = "download"
         start = time.monotonic()
         await client.write_gatt_char(rx, b"GO", response=False)
@@ -109,7 +111,7 @@ async def bulk(adapter, address, size):
         await asyncio.sleep(0.5)  # anything beyond SIZE would show now
     finally:
         await client.disconnect()
-    check(digest[0] == hashlib.sha256(data).hexdigest().encode(), "upload: the peripheral got other bytes")
+    check(not up or digest[0] == hashlib.sha256(data).hexdigest().encode(), "upload: the peripheral got other bytes")
     check(bytes(received) == payload(size), "download: got %d bytes, not the %d sent" % (len(received), size))
     print(json.dumps({"upload": upload, "download": download, "piece": piece, "bytes": len(received)}), flush=True)
 
@@ -120,7 +122,7 @@ def main():
         pause = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
         run(latency(adapter, address, n, pause), 900 + (n + 3) * pause)
     elif what == "bulk":
-        run(bulk(adapter, address, n), 900)
+        run(bulk(adapter, address, n, up=sys.argv[5:6] != ["down"]), 900)
     else:
         sys.exit("latency or bulk")
 

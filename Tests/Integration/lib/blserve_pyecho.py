@@ -8,10 +8,14 @@
                                     pieces of min(MTU-3, 512) — what blserve does, minus the process.
                                     With push, the reply is notified instead (pieces of
                                     min(MTU-3, 512)), as blserve --reply push does.
-  blserve_pyecho.py ADAPTER bulk N  NUS layout with write-without-response: hashes what is written
+  blserve_pyecho.py ADAPTER bulk N [signals]
+                                    NUS layout with write-without-response: hashes what is written
                                     to RX and notifies "done SHA256HEX" on TX once N bytes have come;
                                     the write "GO" makes it notify payload(N) on TX in pieces of
-                                    min(MTU-5, 512).
+                                    min(MTU-5, 512), written to the socket bluetoothd acquires for
+                                    notifications (AcquireNotify), as blserve does; with signals, a
+                                    PropertiesChanged signal per notification instead, as bless and
+                                    BlueZ's example-gatt-server notify.
 
 Prints "ready" once registered and advertising; runs until SIGTERM."""
 import hashlib
@@ -84,11 +88,12 @@ def frame_server(bench, adapter, push=False):
     return app, adv
 
 
-def bulk_server(bench, adapter, total):
+def bulk_server(bench, adapter, total, signals=False):
     app = Application(bench)
     service = app.add_service(NUS_SERVICE)
     rx = service.add_characteristic(NUS_RX, ("write", "write-without-response"))
-    tx = service.add_characteristic(NUS_TX, ("read", "notify"))
+    # Notified through bluetoothd's socket (AcquireNotify), as blserve's raw mode does.
+    tx = service.add_characteristic(NUS_TX, ("read", "notify"), acquire_notify=not signals)
     received = [0, hashlib.sha256()]
 
     def on_write(central, data, options):
@@ -120,7 +125,7 @@ def main():
     if mode == "frame":
         keep = frame_server(bench, adapter, push=sys.argv[3:4] == ["push"])
     elif mode == "bulk":
-        keep = bulk_server(bench, adapter, int(sys.argv[3]))
+        keep = bulk_server(bench, adapter, int(sys.argv[3]), signals=sys.argv[4:5] == ["signals"])
     else:
         sys.exit("mode must be frame or bulk")
     print("ready", flush=True)
