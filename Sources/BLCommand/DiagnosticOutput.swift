@@ -50,11 +50,12 @@ public final class DiagnosticOutput {
 
     /// Writes everything still queued, waiting for the reader: when the tool ends, its last
     /// words matter. Gives up when SIGINT, SIGTERM or SIGHUP is pending (see
-    /// ``QueuedOutput/drain()``). Later writes go straight to the descriptor.
-    public func finish() {
+    /// ``QueuedOutput/drain(idleTimeout:)``), or when the reader has taken nothing for
+    /// `idleTimeout` seconds, if given. Later writes go straight to the descriptor.
+    public func finish(idleTimeout: Double? = nil) {
         output.write(Array(droppedNote().utf8))
         droppedLines = 0
-        try? output.drain()
+        try? output.drain(idleTimeout: idleTimeout)
         output.close()
     }
 

@@ -21,6 +21,10 @@ public final class InterruptWatch {
     /// Called with the second signal, just before the process exits.
     public var onSecondInterrupt: ((Int32) -> Void)?
     public private(set) var received: Int32?
+    /// Whether any watch of the process has had a signal: the diagnostics written at the end
+    /// then wait for stderr's reader only a short while (``Tool/finishDiagnostics()``).
+    /// (Set and read on the thread running the loop.)
+    nonisolated(unsafe) public private(set) static var signalled = false
     /// Why a signal could not be watched (it then keeps its default action), if one could not.
     public private(set) var setupError: Errno?
     private var tokens: [SignalToken] = []
@@ -36,6 +40,7 @@ public final class InterruptWatch {
                         exit(ExitCode.interrupted.rawValue)
                     }
                     self.received = info.signal
+                    InterruptWatch.signalled = true
                     if let handler = self.onInterrupt {
                         handler()
                     } else {

@@ -74,12 +74,19 @@ public enum Tool {
         diagnostics = DiagnosticOutput(fd: 2, loop: loop, prefix: "\(name): ")
     }
 
-    /// Writes what diagnostics still wait (see ``DiagnosticOutput/finish()``); later ones are
-    /// written directly again.
+    /// Writes what diagnostics still wait (see ``DiagnosticOutput/finish(idleTimeout:)``); later
+    /// ones are written directly again. After a signal (``InterruptWatch``) a reader that takes
+    /// nothing is waited for ``QueuedOutput/drainAfterInterrupt`` seconds at most, as stdout's
+    /// is: a terminal stopped with ^S must not keep Ctrl-C from ending the tool. A signal that
+    /// comes meanwhile ends the process at once with 130, as a second signal does elsewhere
+    /// (were the queue's loop released first, the signal would be unblocked and kill it).
     public static func finishDiagnostics() {
-        let queue = diagnostics
+        guard let queue = diagnostics else { return }
         diagnostics = nil
-        queue?.finish()
+        withExtendedLifetime(queue) {
+            queue.finish(idleTimeout: InterruptWatch.signalled ? QueuedOutput.drainAfterInterrupt : nil)
+            if QueuedOutput.terminationPending() { Glibc.exit(ExitCode.interrupted.rawValue) }
+        }
     }
 
     /// Keeps descriptors 0, 1 and 2 taken when the tool was started with one of them closed

@@ -257,6 +257,42 @@ final class ProcessTests: XCTestCase {
         assertEnds(handlerPID, "the command running at the second signal is still alive")
     }
 
+    /// Fills the pipe `pid`'s descriptor 2 writes into (through a non-blocking description of
+    /// our own), so that nothing more fits until its reader reads.
+    private func fillStderr(of pid: pid_t) throws {
+        let fd = open("/proc/\(pid)/fd/2", O_WRONLY | O_NONBLOCK)
+        guard fd >= 0 else { throw Errno.current }
+        defer { close(fd) }
+        let block = [UInt8](repeating: UInt8(ascii: "x"), count: 4096)
+        while block.withUnsafeBytes({ Glibc.write(fd, $0.baseAddress, $0.count) }) > 0 {}
+    }
+
+    /// stderr full and never read (a terminal stopped with ^S, a log pipe nobody reads): the
+    /// diagnostics blserve still has to write do not keep a signal from ending it. One signal
+    /// ends it with 0 after at most a second's wait for the reader; a second signal meanwhile
+    /// with 130, not killed by that signal.
+    func testSignalsEndBlserveWhileNobodyReadsItsStderr() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        for second in [false, true] {
+            let child = try children.spawn([blserve, "-v", "--", "cat"], environment: [("DBUS_SYSTEM_BUS_ADDRESS", bus.address)],
+                                           stdin: .null, stdout: .null, stderr: .pipe)
+            XCTAssertTrue(loop.run(until: { !bluez.applications.isEmpty }, timeout: 10), "not registered")
+            try fillStderr(of: child.pid)
+            child.signal(SIGTERM)
+            if second {
+                _ = loop.run(until: { child.status != nil }, timeout: 0.3)
+                child.signal(SIGTERM)
+                XCTAssertEqual(finish(child, timeout: 5), .exited(130), "after a second SIGTERM")
+            } else {
+                XCTAssertEqual(finish(child, timeout: 5), .exited(0), "after SIGTERM")
+            }
+            if child.status == nil { child.signal(SIGKILL) }
+            _ = loop.run(until: { bluez.applications.isEmpty }, timeout: 5)
+        }
+    }
+
     /// Started before any adapter exists (a controller attached after bluetoothd, at boot),
     /// blserve waits for one instead of failing.
     func testWaitsForAnAdapterAtStart() throws {
