@@ -42,7 +42,8 @@ public final class PartialFile {
                 break
             }
             attempts += 1
-            if errno != EEXIST || attempts == 1000 { throw ToolError(.cantCreate, "\(path): \(Errno.current)") }
+            // The message names the directory: the hidden name means nothing to the user.
+            if errno != EEXIST || attempts == 1000 { throw ToolError(.cantCreate, "creating a file in \(directory): \(Errno.current)") }
         }
         PartialFile.cleanup.arm(temporaryPath)
     }
@@ -58,7 +59,7 @@ public final class PartialFile {
         do {
             try FileIO.writeAll(fd, bytes)
         } catch {
-            throw ToolError(.ioError, "\(temporaryPath): \(error)")
+            throw ToolError(.ioError, "writing a file in \(directory): \(error)")
         }
         bytesWritten += bytes.count
     }
@@ -76,7 +77,7 @@ public final class PartialFile {
         if !synced || closed != 0 {
             let error = synced ? Errno.current : syncError
             unlinkTemporary()
-            throw ToolError(.ioError, "\(temporaryPath): \(error)")
+            throw ToolError(.ioError, "writing a file in \(directory): \(error)")
         }
         let base = PartialFile.prefix(of: directory)
         var number = first

@@ -26,6 +26,12 @@ struct Decoder {
     private var textOpen = false
     /// Some of that text has been written.
     private var textStarted = false
+    /// --resync: gaps said one by one so far; those after ``gapsSaid`` are only counted, and
+    /// said in one line when decoding ends (noisy input must not flood stderr).
+    private var gapsSaid = 0
+    private var gapsUnsaid = 0
+    private var bytesUnsaid = 0
+    static let gapsSaid = 10
 
     init(options: ParsedOptions) throws {
         raw = options.has("raw")
@@ -59,11 +65,13 @@ struct Decoder {
                 try flush()
             }
             let skipped = try decoder.finish()
+            sayUnsaidGaps()
             if skipped > 0 {
                 try flush()
                 Tool.warn("skipped \(Decoder.bytes(skipped)) at the end that do not form a frame")
             }
         } catch {
+            sayUnsaidGaps()
             // Whatever went wrong (bad input, an image that cannot be saved, a read error), the
             // frames completed before it are written, and a partial image is removed.
             image?.discard()
@@ -109,8 +117,15 @@ struct Decoder {
         case .frameEnd:
             try end()
         case .skipped(let count):
+            guard gapsSaid < Decoder.gapsSaid else {
+                gapsUnsaid += 1
+                bytesUnsaid += count
+                return
+            }
+            gapsSaid += 1
             try flush()  // what came before the noise is printed before the note about it
-            Tool.warn("skipped \(Decoder.bytes(count)) before the frame at byte \(decoder.frameOffset)")
+            Tool.warn("skipped \(Decoder.bytes(count)) before the frame at byte \(decoder.frameOffset)"
+                      + (gapsSaid == Decoder.gapsSaid ? " (further gaps are counted and said at the end)" : ""))
         }
     }
 
@@ -191,6 +206,13 @@ struct Decoder {
 
     /// "1 byte", "2 bytes".
     static func bytes(_ count: Int) -> String { count == 1 ? "1 byte" : "\(count) bytes" }
+
+    private mutating func sayUnsaidGaps() {
+        guard gapsUnsaid > 0 else { return }
+        try? flush()
+        Tool.warn("skipped \(Decoder.bytes(bytesUnsaid)) more, in \(gapsUnsaid) gap\(gapsUnsaid == 1 ? "" : "s") before frames")
+        gapsUnsaid = 0
+    }
 
     /// Ends the open text object: `"}` or, for a frame the input cut short, `","truncated":true}`.
     private mutating func closeJSONText(truncated: Bool) throws {

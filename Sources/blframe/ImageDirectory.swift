@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import BLCommand
 import BLFrame
 
@@ -32,6 +35,19 @@ final class ImageDirectory {
         return Int(digits)
     }
 
+    /// Every extension blframe names images with.
+    static let extensions = ImageFormat.allCases.map(\.fileExtension) + ["bin"]
+
+    /// Whether `directory` has an entry for `number` under any of ``extensions`` (a dangling
+    /// link too).
+    static func numberTaken(_ number: Int, in directory: String) -> Bool {
+        let base = directory == "/" ? "" : directory
+        return extensions.contains { ext in
+            var st = stat()
+            return lstat("\(base)/\(name(number, ext))", &st) == 0
+        }
+    }
+
     static func name(_ number: Int, _ ext: String) -> String {
         let digits = String(number)
         return String(repeating: "0", count: max(0, 6 - digits.count)) + digits + "." + ext
@@ -56,11 +72,9 @@ final class ImageDirectory {
         func commit() throws -> String {
             let ext = ImageFormat(signature: file.head)?.fileExtension ?? "bin"
             // Another program (a second blframe) may have saved images meanwhile, under other
-            // extensions too: the number goes on after the highest one there now.
-            if let names = try? DirectoryListing.names(in: owner.path),
-               let highest = names.compactMap(ImageDirectory.number).max(), highest >= owner.next {
-                owner.next = highest + 1
-            }
+            // extensions too: a number taken under any of blframe's extensions is skipped. (A
+            // few lookups, not a listing of the directory, which grows with every image.)
+            while ImageDirectory.numberTaken(owner.next, in: owner.path) { owner.next += 1 }
             let (path, number) = try file.commit(first: owner.next) { ImageDirectory.name($0, ext) }
             owner.next = number + 1
             return path

@@ -77,7 +77,8 @@ final class BlframeDecodeTests: XCTestCase {
         let err = result.stderr
         XCTAssertEqual(result.status, 74, err)
         XCTAssertEqual(result.stdoutText, "hi\n", "the frame before the image must be written, nothing after it")
-        XCTAssertTrue(err.hasPrefix("blframe: \(dir.path)/.blframe-") && err.hasSuffix("File too large\n"), err)
+        // The message names the directory, not the hidden temporary file that is gone.
+        XCTAssertEqual(err, "blframe: writing a file in \(dir.path): File too large\n")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir.path), [], "partial image left behind")
     }
 
@@ -240,8 +241,8 @@ final class BlframeDecodeTests: XCTestCase {
         }
     }
 
-    /// Another program saving into the same folder while an image arrives: the image takes the
-    /// number after the highest one there when it is complete, whatever the extension.
+    /// Another program saving into the same folder while an image arrives: the image passes
+    /// over a number taken meanwhile, whatever its extension.
     func testImageNumberFollowsImagesSavedMeanwhile() throws {
         ignoreSIGPIPE()
         let dir = try temporaryDirectory(self)
@@ -294,6 +295,32 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(result.status, 0)
         XCTAssertEqual(result.stdoutText, "hi\nyes\n")
         XCTAssertEqual(result.stderr, "blframe: skipped 5 bytes before the frame at byte 5\nblframe: skipped 2 bytes before the frame at byte 17\n")
+    }
+
+    /// Noisy input does not flood stderr: the first ten gaps are said one by one, the rest in
+    /// one line at the end.
+    func testResyncSaysTenGapsThenCounts() throws {
+        var input = Data()
+        for _ in 0..<15 { input += data("~~T0000001x") }
+        let result = try runTool("blframe", ["-d", "--resync"], input: input)
+        XCTAssertEqual(result.status, 0)
+        XCTAssertEqual(result.stdoutText, String(repeating: "x\n", count: 15))
+        let lines = result.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.count, 11, result.stderr)
+        XCTAssertEqual(lines.first, "blframe: skipped 2 bytes before the frame at byte 2")
+        XCTAssertEqual(lines[9], "blframe: skipped 2 bytes before the frame at byte 101 (further gaps are counted and said at the end)")
+        XCTAssertEqual(lines.last, "blframe: skipped 10 bytes more, in 5 gaps before frames")
+    }
+
+    /// An input that cannot be read is said before --images creates anything.
+    func testUnreadableInputCreatesNoImagesDirectory() throws {
+        let dir = try temporaryDirectory(self)
+        let images = dir.appendingPathComponent("a/b").path
+        let result = try runProgram("/bin/sh", ["-c", "exec \"$0\" -d --images \"$1\" < \"$2\"",
+                                                productsDirectory.appendingPathComponent("blframe").path, images, dir.path])
+        XCTAssertEqual(result.status, 74)
+        XCTAssertEqual(result.stderr, "blframe: stdin: Is a directory\n")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dir.appendingPathComponent("a").path), "the directory was created")
     }
 
     /// A note about skipped input comes after the output of the frames before it.
