@@ -384,7 +384,9 @@ extension Server {
                 loop.sleep(delay)
                 if interrupts.received != nil { return }
                 delay = min(delay * 2, Peripheral.longestRetryInterval)
-                objects = try client.managedObjects()
+                // bluetoothd restarting meanwhile is waited for as well (found again once it
+                // answers, with or without an adapter).
+                objects = (try? client.managedObjects()) ?? BlueZObjects([:])
             }
             let adapter = try client.adapter(named: config.adapter, in: objects)
             server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)

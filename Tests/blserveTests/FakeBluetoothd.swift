@@ -117,8 +117,9 @@ final class FakeBluetoothd {
     }
 
     /// Simulates a bluetoothd restart: the old connection (and with it every registration) goes,
-    /// a new one takes org.bluez.
-    func restart() throws {
+    /// a new one takes org.bluez. With `gone`, the bus has no org.bluez for that many seconds
+    /// in between (the loop runs meanwhile).
+    func restart(gone seconds: Double = 0) throws {
         for key in Array(notifySockets.keys) { closeNotifySocket(key) }
         connection.close()
         connection = nil
@@ -128,6 +129,7 @@ final class FakeBluetoothd {
         for held in heldApplications.values { loop.cancel(held) }
         heldApplications.removeAll()
         notificationToken = nil
+        if seconds > 0 { _ = loop.run(until: { false }, timeout: seconds) }
         try connect()
         if !serverName.isEmpty { try watchNotifications(of: serverName) }
     }

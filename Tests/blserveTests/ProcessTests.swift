@@ -310,6 +310,12 @@ final class ProcessTests: XCTestCase {
         XCTAssertTrue(loop.run(until: { stderr().contains("no Bluetooth adapter yet: waiting for one") }, timeout: 10), stderr())
         _ = loop.run(until: { child.status != nil }, timeout: 1)
         XCTAssertNil(child.status, "blserve ended without an adapter: \(stderr())")
+        // bluetoothd restarting meanwhile (gone for longer than blserve's longest wait between
+        // two looks) is waited for too.
+        try bluez.restart(gone: 5)
+        try bluez.removeAdapter()
+        _ = loop.run(until: { child.status != nil }, timeout: 1)
+        XCTAssertNil(child.status, "blserve ended as bluetoothd restarted: \(stderr())")
         try bluez.addAdapter()
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
         child.signal(SIGTERM)
