@@ -107,10 +107,11 @@ public final class Peripheral {
     private var agentRetryTimer: TimerToken?
     private var failureRetryDelay = Peripheral.failureRetryInterval
     /// What bluetoothd holds of the application and of the advertisement: nothing, the
-    /// registration it accepted, or not known (a Register call that got no answer may still be
-    /// under way in bluetoothd, and AlreadyExists may name such a call: BlueZ 5.66 queues an
-    /// application before it has read its objects, and drops it if that fails). What is not
-    /// known is unregistered before it is registered again.
+    /// registration it accepted, or not known (from the moment a Register call is sent until it
+    /// succeeds: one that got no answer may still be under way in bluetoothd, and AlreadyExists
+    /// may name such a call, as BlueZ 5.66 queues an application before it has read its objects
+    /// and drops it if that fails). What is not known is unregistered before it is registered
+    /// again, and when blserve stops.
     private enum Held { case nothing, registered, unknown }
     private var applicationHeld = Held.nothing
     private var advertisementHeld = Held.nothing
@@ -180,16 +181,17 @@ public final class Peripheral {
         cancelAgentRetry()
         for token in subscriptions { bus.unsubscribe(token) }
         subscriptions.removeAll()
-        // Also after a registration that stopped half way (the application registered, the
-        // advertisement refused).
-        if bluezOwner != nil, bus.isConnected {
-            if let advertisement, state == .registering || advertisementHeld != .nothing {
-                _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
+        // Whatever bluetoothd may hold: also after a registration that stopped half way (the
+        // application registered, the advertisement refused), and a Register call still under
+        // way. Sent to bluetoothd's unique name, which never starts one through the bus.
+        if let owner = bluezOwner, bus.isConnected {
+            if let advertisement, advertisementHeld != .nothing {
+                _ = try? bus.callAndWait(destination: owner, path: adapterPath,
                                          interface: BlueZ.advertisingManagerInterface, member: "UnregisterAdvertisement",
                                          args: [.objectPath(advertisement.path)], timeout: timeout)
             }
-            if state == .registering || applicationHeld != .nothing {
-                _ = try? bus.callAndWait(destination: BlueZ.service, path: adapterPath,
+            if applicationHeld != .nothing {
+                _ = try? bus.callAndWait(destination: owner, path: adapterPath,
                                          interface: BlueZ.gattManagerInterface, member: "UnregisterApplication",
                                          args: [.objectPath(application.root)], timeout: timeout)
             }
@@ -218,8 +220,9 @@ public final class Peripheral {
     /// Attempts again after `seconds`, or after the waiting interval, which grows each time.
     private func scheduleRetry(after explicit: Double? = nil) {
         guard running else { return }
-        if let explicit, let retryTimer, explicit < nextRetry {
-            // A failed registration retries in a second, not after a wait grown meanwhile.
+        if explicit != nil, let retryTimer {
+            // A refused registration is tried again after its own delay, not sooner (the
+            // backstop of a wait) nor later (a wait grown meanwhile).
             loop.cancel(retryTimer)
             self.retryTimer = nil
         }
@@ -277,7 +280,8 @@ public final class Peripheral {
         if poweringRequested { return }
         poweringRequested = true
         bus.call(destination: BlueZ.service, path: adapterPath, interface: DBusInterfaceName.properties, member: "Set",
-                 args: [.string(BlueZ.adapterInterface), .string("Powered"), .variant(.bool(true))], timeout: 5) { _ in }
+                 args: [.string(BlueZ.adapterInterface), .string("Powered"), .variant(.bool(true))], timeout: 5,
+                 autoStart: false) { _ in }
     }
 
     private static func alreadyExists(_ error: DBusError) -> Bool {
@@ -308,7 +312,7 @@ public final class Peripheral {
         guard let agent else { return then() }
         bus.call(destination: BlueZ.service, path: BlueZ.managerPath, interface: BlueZ.agentManagerInterface,
                  member: "RegisterAgent", args: [.objectPath(agent.path), .string(PairingAgent.capability)],
-                 timeout: 15) { [weak self] result in
+                 timeout: 15, autoStart: false) { [weak self] result in
             guard let self, gen == self.generation, self.running else { return }
             if case .failure(let error) = result, !Self.alreadyExists(error) {
                 self.agentRegistered = false
@@ -336,6 +340,7 @@ public final class Peripheral {
         guard applicationHeld != .registered else { return registerAdvertisementStep(gen) }
         unregisterIfUnknown(application: true, gen) { [weak self] in
             guard let self else { return }
+            self.applicationHeld = .unknown
             self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.gattManagerInterface,
                           member: "RegisterApplication", args: [.objectPath(self.application.root), .stringDict([:])],
                           timeout: self.registrationTimeout, autoStart: false) { [weak self] result in
@@ -389,6 +394,7 @@ public final class Peripheral {
                                        completion: @escaping (DBusError?) -> Void) {
         unregisterIfUnknown(application: false, gen) { [weak self] in
             guard let self else { return }
+            self.advertisementHeld = .unknown
             self.bus.call(destination: BlueZ.service, path: self.adapterPath, interface: BlueZ.advertisingManagerInterface,
                           member: "RegisterAdvertisement", args: [.objectPath(advertisement.path), .stringDict([:])],
                           timeout: self.registrationTimeout, autoStart: false) { [weak self] result in

@@ -356,6 +356,24 @@ final class Server {
 }
 
 extension Server {
+    /// bluetoothd's objects while blserve waits at start for an adapter; nil while bluetoothd is
+    /// not there (restarting: looked for again later). It is not started through the bus (a
+    /// bluetoothd stopped on purpose stays stopped); any other failure ends the wait.
+    static func lookWhileWaiting(_ client: BlueZClient) throws(ToolError) -> BlueZObjects? {
+        do {
+            let message = try DBusMessage.methodCall(destination: BlueZ.service, path: "/",
+                                                     interface: DBusInterfaceName.objectManager, member: "GetManagedObjects")
+            message.autoStart = false
+            let reply = try client.bus.callAndWait(message, timeout: 10)
+            return BlueZObjects(reply.arguments.first?.managedObjects ?? [:])
+        } catch {
+            if [DBusError.Name.serviceUnknown, DBusError.Name.nameHasNoOwner, DBusError.Name.noReply].contains(error.name) {
+                return nil
+            }
+            throw BlueZErrors.toolError("listing bluetoothd's objects", error)
+        }
+    }
+
     /// blserve's whole life: check the command, connect, pick the adapter, serve.
     static func main(_ config: ServeConfig) throws(ToolError) {
         Signals.ignoreSIGPIPE()
@@ -384,9 +402,7 @@ extension Server {
                 loop.sleep(delay)
                 if interrupts.received != nil { return }
                 delay = min(delay * 2, Peripheral.longestRetryInterval)
-                // bluetoothd restarting meanwhile is waited for as well (found again once it
-                // answers, with or without an adapter).
-                objects = (try? client.managedObjects()) ?? BlueZObjects([:])
+                objects = try lookWhileWaiting(client) ?? BlueZObjects([:])
             }
             let adapter = try client.adapter(named: config.adapter, in: objects)
             server = try Server(config: config, loop: loop, bus: client.bus, adapterName: adapter.name, handler: handler)

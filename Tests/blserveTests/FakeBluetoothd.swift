@@ -24,6 +24,8 @@ final class FakeBluetoothd {
     /// (sender, path) → the advertisement's properties.
     private(set) var advertisements: [String: [String: DBusValue]] = [:]
     private(set) var registerCalls = 0
+    /// When each RegisterApplication came (MonotonicClock seconds).
+    private(set) var registerTimes: [Double] = []
     /// (sender, path) → the capability of each agent registered with AgentManager1 (one per
     /// sender, as in bluetoothd).
     private(set) var agents: [String: String] = [:]
@@ -43,6 +45,9 @@ final class FakeBluetoothd {
     /// then never sent).
     var holdNextRegistration = 0.0
     private var heldApplications: [String: TimerToken] = [:]
+    /// Advertisements being registered (their properties asked for): as in BlueZ 5.66, an
+    /// UnregisterAdvertisement meanwhile removes one, and its registration then fails.
+    private var pendingAdvertisements: Set<String> = []
     /// Values of the server's PropertiesChanged(Value) signals, in order.
     private(set) var notifications: [[UInt8]] = []
     private var notificationToken: SubscriptionToken?
@@ -81,7 +86,11 @@ final class FakeBluetoothd {
             ExportedInterface(BlueZ.advertisingManagerInterface)
                 .method("RegisterAdvertisement", inSignature: "oa{sv}") { [unowned self] call in self.registerAdvertisement(call) }
                 .method("UnregisterAdvertisement", inSignature: "o") { [unowned self] call in
-                    self.advertisements[(call.sender ?? "") + (call.arguments[0].objectPath ?? "")] = nil
+                    let key = (call.sender ?? "") + (call.arguments[0].objectPath ?? "")
+                    let pending = self.pendingAdvertisements.remove(key) != nil
+                    if self.advertisements.removeValue(forKey: key) == nil && !pending {
+                        return call.fail(name: "org.bluez.Error.DoesNotExist", message: "Does Not Exist")
+                    }
                     if self.unregisterDelay > 0 {
                         _ = self.loop.schedule(after: self.unregisterDelay) { call.reply([]) }
                     } else {
@@ -128,6 +137,7 @@ final class FakeBluetoothd {
         agents.removeAll()
         for held in heldApplications.values { loop.cancel(held) }
         heldApplications.removeAll()
+        pendingAdvertisements.removeAll()
         notificationToken = nil
         if seconds > 0 { _ = loop.run(until: { false }, timeout: seconds) }
         try connect()
@@ -136,6 +146,7 @@ final class FakeBluetoothd {
 
     private func registerApplication(_ call: IncomingCall) {
         registerCalls += 1
+        registerTimes.append(MonotonicClock.seconds())
         registrationOrder.append("application")
         guard let sender = call.sender, let path = call.arguments[0].objectPath else { return call.fail(name: "org.bluez.Error.InvalidArguments") }
         let key = sender + path
@@ -179,13 +190,18 @@ final class FakeBluetoothd {
             advertisementRefusals -= 1
             return call.fail(name: "org.bluez.Error.NotPermitted", message: "Maximum advertisements reached")
         }
+        pendingAdvertisements.insert(sender + path)
         connection.call(destination: sender, path: path, interface: DBusInterfaceName.properties, member: "GetAll",
                         args: [.string(BlueZ.advertisementInterface)], timeout: 5) { [unowned self] result in
             switch result {
             case .success(let args):
+                guard self.pendingAdvertisements.remove(sender + path) != nil else {
+                    return call.fail(name: "org.bluez.Error.Failed", message: "Unregistered meanwhile")
+                }
                 self.advertisements[sender + path] = args.first?.dictionary ?? [:]
                 call.reply([])
             case .failure:
+                self.pendingAdvertisements.remove(sender + path)
                 call.fail(name: "org.bluez.Error.Failed", message: "Failed to register advertisement")
             }
         }

@@ -282,7 +282,8 @@ final class ProcessTests: XCTestCase {
             try fillStderr(of: child.pid)
             child.signal(SIGTERM)
             if second {
-                _ = loop.run(until: { child.status != nil }, timeout: 0.3)
+                // Once it has unregistered, blserve waits for its stderr (1 s at most).
+                XCTAssertTrue(loop.run(until: { bluez.applications.isEmpty || child.status != nil }, timeout: 5))
                 child.signal(SIGTERM)
                 XCTAssertEqual(finish(child, timeout: 5), .exited(130), "after a second SIGTERM")
             } else {
@@ -291,6 +292,22 @@ final class ProcessTests: XCTestCase {
             if child.status == nil { child.signal(SIGKILL) }
             _ = loop.run(until: { bluez.applications.isEmpty }, timeout: 5)
         }
+    }
+
+    /// The bus going away while blserve waits at start for an adapter ends the wait (69), as
+    /// any failure but bluetoothd's absence does: waiting would be for ever.
+    func testTheBusGoingAwayEndsTheWaitForAnAdapter() throws {
+        let bus = try BusFixture()
+        self.bus = bus
+        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
+        try bluez.removeAdapter()
+        let (child, stderr) = try start(["cat"], busAddress: bus.address)
+        XCTAssertTrue(loop.run(until: { stderr().contains("waiting for one") }, timeout: 10), stderr())
+        bus.stop()
+        self.bus = nil
+        XCTAssertNotNil(finish(child, timeout: 15), "blserve still waits: \(stderr())")
+        XCTAssertNotEqual(child.status, .exited(0), stderr())
+        if child.status == nil { child.signal(SIGKILL) }
     }
 
     /// Started before any adapter exists (a controller attached after bluetoothd, at boot),

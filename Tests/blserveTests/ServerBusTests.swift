@@ -347,14 +347,33 @@ final class ServerBusTests: XCTestCase {
     /// and the agent (refused too) is tried by one chain of retries, not one more per attempt.
     func testRefusedRegistrationsBackOffAndTheAgentRetriesDoNotPileUp() throws {
         try start(["--secure", "cat"])
+        let (registrations, agents) = (bluez.registerCalls, bluez.agentCalls)
         bluez.agentRefusals = .max
         bluez.applicationRefusals = .max
         try bluez.restart()
         settle(12)
         // Attempts at about 0, 1, 3 and 7 s (each refusal doubles the wait, up to 30 s).
-        XCTAssertGreaterThanOrEqual(bluez.registerCalls, 3)
-        XCTAssertLessThanOrEqual(bluez.registerCalls, 5)
-        XCTAssertLessThanOrEqual(bluez.agentCalls, 2 * bluez.registerCalls + 2, "RegisterApplication \(bluez.registerCalls) times")
+        let attempts = bluez.registerCalls - registrations
+        XCTAssertGreaterThanOrEqual(attempts, 3)
+        XCTAssertLessThanOrEqual(attempts, 4)
+        let times = Array(bluez.registerTimes.suffix(attempts))
+        for (i, (earlier, later)) in zip(times, times.dropFirst()).enumerated() {
+            XCTAssertGreaterThanOrEqual(later - earlier, 0.9 * Double(1 << i), "retry \(i + 1) came too soon: \(times)")
+        }
+        XCTAssertLessThanOrEqual(bluez.agentCalls - agents, 2 * attempts + 2, "RegisterApplication \(attempts) times")
+    }
+
+    /// Stopping while the advertisement is being registered again (bluetoothd released it)
+    /// unregisters it: the registration under way would otherwise complete, and bluetoothd hold
+    /// the advertisement after blserve has gone.
+    func testStoppingWhileTheAdvertisementIsRegisteredAgainUnregistersIt() throws {
+        try start(["cat"])
+        bluez.releaseAdvertisement(of: connection.uniqueName, path: "/org/blpipe/blserve_advertisement")
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.advertisementsReleased == 1 }, timeout: 5))
+        server.peripheral.stop(timeout: 2)
+        settle(0.5)
+        XCTAssertEqual(bluez.advertisements.count, 0, "bluetoothd holds the advertisement after the stop")
+        XCTAssertEqual(bluez.applications.count, 0)
     }
 
     /// SIGINT/SIGTERM after a registration that stopped half way (the application registered,
