@@ -39,6 +39,8 @@ struct Decoder {
         decoder = FrameDecoder(resync: options.has("resync"))
         if let path = options.string("images") {
             guard !path.isEmpty else { throw UsageError("--images wants a directory") }
+            // Before the directory is created: an input that cannot be read leaves nothing.
+            if let problem = FileIO.unreadable(0) { throw ToolError(.ioError, "stdin: \(problem)") }
             images = try ImageDirectory(path: path)
         } else {
             images = nil

@@ -9,6 +9,10 @@ import BLFrame
 final class ImageDirectory {
     let path: String
     private var next: Int
+    /// The directory's modification time as blframe's own last change left it, and whether
+    /// another program has changed the directory since (then it is listed again, once).
+    private var ownChange: timespec?
+    private var changedByOthers = false
 
     init(path: String) throws {
         var path = path
@@ -24,6 +28,40 @@ final class ImageDirectory {
             throw ToolError(.cantCreate, error.message)
         }
         next = (names.compactMap(ImageDirectory.number).max() ?? 0) + 1
+        ownChange = modificationTime()
+    }
+
+    private func modificationTime() -> timespec? {
+        var st = stat()
+        return stat(path, &st) == 0 ? st.st_mtim : nil
+    }
+
+    /// Notes whether the directory changed since blframe's own last change to it.
+    private func lookForOthers() {
+        guard let own = ownChange, let now = modificationTime(),
+              now.tv_sec == own.tv_sec && now.tv_nsec == own.tv_nsec else {
+            changedByOthers = true
+            return
+        }
+    }
+
+    /// The number for the next image: after the highest one in the directory if another
+    /// program changed it (listed again then only), and never one taken under any of blframe's
+    /// extensions (a change within the clock's tick of one of blframe's own goes unseen).
+    fileprivate func numberForNext() -> Int {
+        lookForOthers()
+        if changedByOthers, let names = try? DirectoryListing.names(in: path),
+           let highest = names.compactMap(ImageDirectory.number).max(), highest >= next {
+            next = highest + 1
+        }
+        changedByOthers = false
+        while ImageDirectory.numberTaken(next, in: path) { next += 1 }
+        return next
+    }
+
+    fileprivate func committed(_ number: Int) {
+        next = number + 1
+        ownChange = modificationTime()
     }
 
     /// "000042.png" → 42. Names of more than 18 digits are not ours and are ignored (counting on
@@ -54,7 +92,10 @@ final class ImageDirectory {
     }
 
     func begin() throws -> Writer {
-        Writer(owner: self, file: try PartialFile(directory: path, prefix: "blframe"))
+        lookForOthers()
+        let writer = Writer(owner: self, file: try PartialFile(directory: path, prefix: "blframe"))
+        ownChange = modificationTime()  // the temporary file's creation
+        return writer
     }
 
     final class Writer {
@@ -72,11 +113,9 @@ final class ImageDirectory {
         func commit() throws -> String {
             let ext = ImageFormat(signature: file.head)?.fileExtension ?? "bin"
             // Another program (a second blframe) may have saved images meanwhile, under other
-            // extensions too: a number taken under any of blframe's extensions is skipped. (A
-            // few lookups, not a listing of the directory, which grows with every image.)
-            while ImageDirectory.numberTaken(owner.next, in: owner.path) { owner.next += 1 }
-            let (path, number) = try file.commit(first: owner.next) { ImageDirectory.name($0, ext) }
-            owner.next = number + 1
+            // extensions too. The directory is listed again only then: it grows with every image.
+            let (path, number) = try file.commit(first: owner.numberForNext()) { ImageDirectory.name($0, ext) }
+            owner.committed(number)
             return path
         }
 

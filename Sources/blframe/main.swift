@@ -43,8 +43,6 @@ Tool.run(spec) { options in
     if options.has("decode") {
         try options.refuse(["code", "exact", "lines"], "is for encoding; it cannot be used with -d")
         if options.has("json") { try options.refuse(["raw"], "cannot be used with --json: JSON strings carry bodies exactly") }
-        // Before --images creates its directory: an input that cannot be read leaves nothing.
-        if let problem = FileIO.unreadable(0) { throw ToolError(.ioError, "stdin: \(problem)") }
         var decoder = try Decoder(options: options)
         try decoder.run()
     } else {

@@ -241,8 +241,8 @@ final class BlframeDecodeTests: XCTestCase {
         }
     }
 
-    /// Another program saving into the same folder while an image arrives: the image passes
-    /// over a number taken meanwhile, whatever its extension.
+    /// Another program saving into the same folder while an image arrives: the image takes the
+    /// number after the highest one there when it is complete, whatever the extension.
     func testImageNumberFollowsImagesSavedMeanwhile() throws {
         ignoreSIGPIPE()
         let dir = try temporaryDirectory(self)
@@ -253,12 +253,12 @@ final class BlframeDecodeTests: XCTestCase {
         let frame = data("I0000008") + pngHeader
         frame.prefix(10).withUnsafeBytes { XCTAssertEqual(write(writeEnd, $0.baseAddress, 10), 10) }
         usleep(300_000)  // blframe has begun the image
-        XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent("000001.jpg").path, contents: Data("x".utf8)))
+        XCTAssertTrue(FileManager.default.createFile(atPath: dir.appendingPathComponent("000007.jpg").path, contents: Data("x".utf8)))
         frame.dropFirst(10).withUnsafeBytes { XCTAssertEqual(write(writeEnd, $0.baseAddress, $0.count), $0.count) }
         close(writeEnd)
         let out = String(decoding: Spawned.readAll(process.stdout), as: UTF8.self)
         XCTAssertEqual(process.wait(), 0)
-        XCTAssertEqual(out, dir.path + "/000002.png\n")
+        XCTAssertEqual(out, dir.path + "/000008.png\n")
     }
 
     func testImageNumbersTooLargeToCountOnAreIgnored() throws {
