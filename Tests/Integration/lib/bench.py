@@ -495,7 +495,8 @@ class Characteristic(dbus.service.Object):
         self.acquire_notify = acquire_notify
         self.notify_socket = None
         self.notify_backlog = collections.deque()
-        self.notify_watch = None
+        self.notify_watch = None  # waiting for room in the socket
+        self.notify_closed_watch = None  # the socket's end (bluetoothd closed it)
         # With acquire_write, bluetoothd hands every write to a socket (AcquireWrite, bluez-notes
         # §3.8) instead of one WriteValue call each; on_write then sees empty options.
         self.acquire_write = acquire_write
@@ -599,8 +600,9 @@ class Characteristic(dbus.service.Object):
         theirs.setblocking(False)  # bluetoothd must never block on it (bluez-notes §3.8)
         self.notify_socket = ours
         # bluetoothd writes nothing to it for notifications: readable means closed.
-        GLib.io_add_watch(ours.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP | GLib.IO_ERR,
-                          lambda _fd, _condition: self._notify_socket_closed(ours))
+        self.notify_closed_watch = GLib.io_add_watch(
+            ours.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP | GLib.IO_ERR,
+            lambda _fd, _condition: self._notify_socket_closed(ours))
         self.notifying = True
         fd = dbus.types.UnixFd(theirs)  # duplicates the descriptor
         theirs.close()
@@ -608,14 +610,17 @@ class Characteristic(dbus.service.Object):
 
     def _notify_socket_closed(self, sock):
         if sock is self.notify_socket:
+            self.notify_closed_watch = None  # this watch ends by returning False
             self._drop_notify_socket()
             self.notifying = False
         return False
 
     def _drop_notify_socket(self):
-        if self.notify_watch is not None:
-            GLib.source_remove(self.notify_watch)
-            self.notify_watch = None
+        # Both watches go before the descriptor is closed (a watch on a closed one spins).
+        for watch in (self.notify_watch, self.notify_closed_watch):
+            if watch is not None:
+                GLib.source_remove(watch)
+        self.notify_watch = self.notify_closed_watch = None
         if self.notify_socket is not None:
             self.notify_socket.close()
             self.notify_socket = None
@@ -625,6 +630,12 @@ class Characteristic(dbus.service.Object):
         """Writes waiting values to the notification socket until it is full; True while some wait."""
         sock, backlog = self.notify_socket, self.notify_backlog
         while backlog and sock is not None:
+            if not backlog[0]:
+                # An empty value cannot go through the socket (bluetoothd reads it as its end):
+                # it goes by signal, in its turn.
+                self.PropertiesChanged(CHRC_IFACE, {"Value": dbus.ByteArray(b"")}, [])
+                backlog.popleft()
+                continue
             try:
                 sock.send(backlog[0])
             except BlockingIOError:
@@ -633,6 +644,7 @@ class Characteristic(dbus.service.Object):
                                                           self._send_backlog)
                 return True
             except OSError:
+                self.notify_watch = None  # returning False ends it, if it is the caller
                 self._drop_notify_socket()
                 return False
             backlog.popleft()
@@ -654,8 +666,8 @@ class Characteristic(dbus.service.Object):
     def notify(self, value):
         """Send a notification to every subscribed central (5.66 cannot target one)."""
         self.value = bytes(value)
-        if self.notify_socket is not None and self.value:
-            # In order behind what waits; an empty value would read as end of file.
+        if self.notify_socket is not None:
+            # In order behind what waits.
             self.notify_backlog.append(self.value)
             if self.notify_watch is None:
                 self._send_backlog()
