@@ -48,11 +48,7 @@ public final class LEAdvertisement {
             interface.property("LocalName") { .string(name) }
         }
         try? tree.add(ExportedObject(path: path, interfaces: [interface]), announce: false)
-        tree.admit = { [weak self] call in
-            if self?.acceptCall(call) ?? false { return true }
-            call.fail(GattError.notPermitted("Not bluetoothd"))
-            return false
-        }
+        tree.admitOnly { [weak self] call in self?.acceptCall(call) }
     }
 
     /// `text` cut to at most `limit` UTF-8 bytes, at a character boundary.

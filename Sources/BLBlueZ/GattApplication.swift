@@ -83,6 +83,18 @@ extension BluetoothAddress {
     }
 }
 
+extension ExportedObjectTree {
+    /// Answers only the calls `accepts` approves (nil, its owner gone: none); every other call
+    /// to the tree gets NotPermitted (bluez-notes §3.6: ATT 0x02/0x03 if bluetoothd relays it).
+    func admitOnly(_ accepts: @escaping (IncomingCall) -> Bool?) {
+        admit = { call in
+            if accepts(call) == true { return true }
+            call.fail(GattError.notPermitted("Not bluetoothd"))
+            return false
+        }
+    }
+}
+
 /// The D-Bus errors a GATT server method can answer with, and the ATT error each becomes
 /// (bluez-notes §3.6, `dbus_error_to_att_ecode()`).
 public enum GattError {
@@ -480,11 +492,7 @@ public final class GattApplication {
             c.tree = tree
             try? tree.add(ExportedObject(path: c.path, interfaces: [c.makeInterface()]), announce: false)
         }
-        tree.admit = { [weak self] call in
-            if self?.acceptCall(call) ?? false { return true }
-            call.fail(GattError.notPermitted("Not bluetoothd"))
-            return false
-        }
+        tree.admitOnly { [weak self] call in self?.acceptCall(call) }
     }
 
     /// Tells every characteristic that no central is subscribed any more (bluetoothd went away).

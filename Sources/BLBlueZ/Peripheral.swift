@@ -346,9 +346,9 @@ public final class Peripheral {
                           timeout: self.registrationTimeout, autoStart: false) { [weak self] result in
                 guard let self, gen == self.generation, self.running else { return }
                 if case .failure(let error) = result {
-                    self.applicationHeld = .unknown
-                    // BlueZ 5.74 and 5.75 refuse so every application that gives no handles
-                    // (bluez/bluez#821, fixed in 5.76); other versions a UUID bluetoothd reserves.
+                    // applicationHeld stays unknown. BlueZ 5.74 and 5.75 refuse so every
+                    // application that gives no handles (bluez/bluez#821, fixed in 5.76); other
+                    // versions a UUID bluetoothd reserves.
                     let hint = error.message.contains("Failed to create entry in database")
                         ? " (a UUID bluetoothd itself serves, such as 1800 or 1801? BlueZ 5.74 and 5.75 refuse every application so: use 5.76 or later)" : ""
                     self.registrationFailed(DBusError(name: error.name, message: "RegisterApplication on \(self.adapterName): \(error.message)\(hint)"))
@@ -403,7 +403,7 @@ public final class Peripheral {
                     self.advertisementHeld = .registered
                     return completion(nil)
                 }
-                self.advertisementHeld = .unknown
+                // advertisementHeld stays unknown.
                 completion(DBusError(name: error.name, message: "RegisterAdvertisement on \(self.adapterName): \(error.message)"))
             }
         }
