@@ -26,12 +26,12 @@ struct Decoder {
     private var textOpen = false
     /// Some of that text has been written.
     private var textStarted = false
-    /// --resync: gaps said one by one so far; those after ``gapsSaid`` are only counted, and
-    /// said in one line when decoding ends (noisy input must not flood stderr).
+    /// --resync: gaps said one by one so far; those after ``gapsSaidOneByOne`` are only counted,
+    /// and said in one line when decoding ends (noisy input must not flood stderr).
     private var gapsSaid = 0
     private var gapsUnsaid = 0
     private var bytesUnsaid = 0
-    static let gapsSaid = 10
+    static let gapsSaidOneByOne = 10
 
     init(options: ParsedOptions) throws {
         raw = options.has("raw")
@@ -119,7 +119,7 @@ struct Decoder {
         case .frameEnd:
             try end()
         case .skipped(let count):
-            guard gapsSaid < Decoder.gapsSaid else {
+            guard gapsSaid < Decoder.gapsSaidOneByOne else {
                 gapsUnsaid += 1
                 bytesUnsaid += count
                 return
@@ -127,7 +127,7 @@ struct Decoder {
             gapsSaid += 1
             try flush()  // what came before the noise is printed before the note about it
             Tool.warn("skipped \(Decoder.bytes(count)) before the frame at byte \(decoder.frameOffset)"
-                      + (gapsSaid == Decoder.gapsSaid ? " (further gaps are counted and said at the end)" : ""))
+                      + (gapsSaid == Decoder.gapsSaidOneByOne ? " (further gaps are counted and said at the end)" : ""))
         }
     }
 
@@ -214,6 +214,7 @@ struct Decoder {
         try? flush()
         Tool.warn("skipped \(Decoder.bytes(bytesUnsaid)) more, in \(gapsUnsaid) gap\(gapsUnsaid == 1 ? "" : "s") before frames")
         gapsUnsaid = 0
+        bytesUnsaid = 0
     }
 
     /// Ends the open text object: `"}` or, for a frame the input cut short, `","truncated":true}`.

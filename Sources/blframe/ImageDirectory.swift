@@ -21,13 +21,11 @@ final class ImageDirectory {
         try PartialFile.makeDirectories(self.path)
         // Numbering goes on after the highest number there: a directory that cannot be listed
         // is one blframe cannot number images in (73, as for an image it cannot create).
-        let names: [String]
         do {
-            names = try DirectoryListing.names(in: self.path)
+            next = (try ImageDirectory.highestNumber(in: self.path) ?? 0) + 1
         } catch {
             throw ToolError(.cantCreate, error.message)
         }
-        next = (names.compactMap(ImageDirectory.number).max() ?? 0) + 1
         ownChange = modificationTime()
     }
 
@@ -50,8 +48,7 @@ final class ImageDirectory {
     /// extensions (a change within the clock's tick of one of blframe's own goes unseen).
     fileprivate func numberForNext() -> Int {
         lookForOthers()
-        if changedByOthers, let names = try? DirectoryListing.names(in: path),
-           let highest = names.compactMap(ImageDirectory.number).max(), highest >= next {
+        if changedByOthers, let highest = try? ImageDirectory.highestNumber(in: path), highest >= next {
             next = highest + 1
         }
         changedByOthers = false
@@ -62,6 +59,11 @@ final class ImageDirectory {
     fileprivate func committed(_ number: Int) {
         next = number + 1
         ownChange = modificationTime()
+    }
+
+    /// The highest image number in `directory`, whatever the extension (nil: none).
+    static func highestNumber(in directory: String) throws(ToolError) -> Int? {
+        try DirectoryListing.names(in: directory).compactMap(number).max()
     }
 
     /// "000042.png" → 42. Names of more than 18 digits are not ours and are ignored (counting on
