@@ -294,15 +294,27 @@ final class ProcessTests: XCTestCase {
         }
     }
 
-    /// The bus going away while blserve waits at start for an adapter ends the wait (69), as
-    /// any failure but bluetoothd's absence does: waiting would be for ever.
-    func testTheBusGoingAwayEndsTheWaitForAnAdapter() throws {
+    /// A bus with the stand-in bluetoothd, which has no adapter (in `self.bus`).
+    private func bluetoothdWithoutAdapter() throws -> (BusFixture, FakeBluetoothd) {
         let bus = try BusFixture()
         self.bus = bus
         let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
         try bluez.removeAdapter()
-        let (child, stderr) = try start(["cat"], busAddress: bus.address)
-        XCTAssertTrue(loop.run(until: { stderr().contains("waiting for one") }, timeout: 10), stderr())
+        return (bus, bluez)
+    }
+
+    /// blserve `args`, once it says it waits for an adapter.
+    private func startWaitingForAnAdapter(_ args: [String], busAddress: String) throws -> (Subprocess, () -> String) {
+        let (child, stderr) = try start(args, busAddress: busAddress)
+        XCTAssertTrue(loop.run(until: { stderr().contains("no Bluetooth adapter yet: waiting for one") }, timeout: 10), stderr())
+        return (child, stderr)
+    }
+
+    /// The bus going away while blserve waits at start for an adapter ends the wait (69), as
+    /// any failure but bluetoothd's absence does: waiting would be for ever.
+    func testTheBusGoingAwayEndsTheWaitForAnAdapter() throws {
+        let (bus, bluez) = try bluetoothdWithoutAdapter()
+        let (child, stderr) = try withExtendedLifetime(bluez) { try startWaitingForAnAdapter(["cat"], busAddress: bus.address) }
         bus.stop()
         self.bus = nil
         XCTAssertNotNil(finish(child, timeout: 15), "blserve still waits: \(stderr())")
@@ -313,18 +325,13 @@ final class ProcessTests: XCTestCase {
     /// Started before any adapter exists (a controller attached after bluetoothd, at boot),
     /// blserve waits for one instead of failing.
     func testWaitsForAnAdapterAtStart() throws {
-        let bus = try BusFixture()
-        self.bus = bus
-        let bluez = try FakeBluetoothd(address: bus.address, loop: loop)
-        try bluez.removeAdapter()
+        let (bus, bluez) = try bluetoothdWithoutAdapter()
         // A signal while it waits ends it as cleanly as one after the registration.
-        let (early, earlyStderr) = try start(["cat"], busAddress: bus.address)
-        XCTAssertTrue(loop.run(until: { earlyStderr().contains("waiting for one") }, timeout: 10), earlyStderr())
+        let (early, earlyStderr) = try startWaitingForAnAdapter(["cat"], busAddress: bus.address)
         early.signal(SIGTERM)
         XCTAssertEqual(finish(early), .exited(0), earlyStderr())
 
-        let (child, stderr) = try start(["-v", "cat"], busAddress: bus.address)
-        XCTAssertTrue(loop.run(until: { stderr().contains("no Bluetooth adapter yet: waiting for one") }, timeout: 10), stderr())
+        let (child, stderr) = try startWaitingForAnAdapter(["-v", "cat"], busAddress: bus.address)
         _ = loop.run(until: { child.status != nil }, timeout: 1)
         XCTAssertNil(child.status, "blserve ended without an adapter: \(stderr())")
         // bluetoothd restarting meanwhile (gone for longer than blserve's longest wait between
