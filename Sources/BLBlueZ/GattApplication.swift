@@ -29,17 +29,8 @@ public struct GattRequestOptions: Sendable, Equatable {
         self.prepareAuthorize = prepareAuthorize
     }
 
-    /// Parses the `a{sv}` argument.
-    public init(_ options: DBusValue?) {
-        self.init()
-        guard case .dictionary(_, _, let entries)? = options?.unwrapped else { return }
-        for (key, value) in entries {
-            if case .string(let name) = key { take(name, value.unwrapped) }
-        }
-    }
-
     /// The options and the written value (empty if none) of a GATT call, read straight from
-    /// its message: every ReadValue and WriteValue comes through here.
+    /// its message: every ReadValue, WriteValue and AcquireNotify comes through here.
     static func of(_ call: IncomingCall) -> (options: GattRequestOptions, value: [UInt8]) {
         var options = GattRequestOptions()
         var value: [UInt8] = []
@@ -263,7 +254,7 @@ public final class GattCharacteristic {
         }
         let ours = NotifySocket(fd: OwnedFD(taking: fds[0]))
         let theirs = OwnedFD(taking: fds[1])
-        let options = GattRequestOptions(call.arguments.first)
+        let options = GattRequestOptions.of(call).options
         guard call.reply([.unixFD(theirs), .uint16(UInt16(clamping: options.mtu))]) else { return }
         // The reply holds its own duplicate; ours must go, or bluetoothd's end never sees EOF.
         theirs.close()

@@ -161,8 +161,9 @@ public final class DBusMessage {
 
     /// Reads the top-level `ay` and `a{sv}` arguments without building ``arguments``' trees (the
     /// arguments of every GATT call, a hot path): `bytes` gets each byte array with its argument
-    /// index, `entry` each entry of a string-keyed dictionary with its index, its key and its
-    /// value (variants unwrapped). Other arguments are skipped.
+    /// index, `entry` each entry of a string-keyed dictionary whose value is of a basic type other
+    /// than `h` (variants unwrapped), with its index, its key and its value. Other arguments and
+    /// other entries are skipped without being decoded, however large they are.
     public func scanArguments(bytes: (Int, [UInt8]) -> Void, entry: (Int, String, DBusValue) -> Void) {
         DBusCoding.scan(raw, bytes: bytes, entry: entry)
     }

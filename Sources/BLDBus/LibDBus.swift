@@ -248,10 +248,20 @@ enum DBusCoding {
                         guard dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_STRING else { break }
                         let key = readString(&e)
                         dbus_message_iter_next(&e)
-                        // Into the variant at once: no box for a value that is unwrapped anyway.
+                        // Into the variant(s) at once: no box for a value that is unwrapped anyway.
                         var v = e
-                        if dbus_message_iter_get_arg_type(&e) == CDBus_TYPE_VARIANT { dbus_message_iter_recurse(&e, &v) }
-                        entry(index, key, readValue(&v).unwrapped)
+                        while dbus_message_iter_get_arg_type(&v) == CDBus_TYPE_VARIANT {
+                            var inner = DBusMessageIter()
+                            dbus_message_iter_recurse(&v, &inner)
+                            v = inner
+                        }
+                        // Only basic values are read: a container is skipped unread, so that an
+                        // option nobody asked for (tens of MB are allowed in one message) costs
+                        // nothing. A descriptor would only be duplicated to be closed again.
+                        let type = dbus_message_iter_get_arg_type(&v)
+                        if dbus_type_is_basic(type) != 0 && type != CDBus_TYPE_UNIX_FD {
+                            entry(index, key, readValue(&v))
+                        }
                         dbus_message_iter_next(&sub)
                     }
                 default:

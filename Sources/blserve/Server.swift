@@ -223,9 +223,11 @@ final class Server {
     /// mostly the same one).
     private var lastDevice: (path: String, address: String)?
 
+    /// The address of `path` when it is a device of this adapter (bluetoothd names the
+    /// central of each call; a device of another adapter is none of ours), else nil.
     private func address(ofDevice path: String) -> String? {
         if let last = lastDevice, last.path == path { return last.address }
-        guard let address = BluetoothAddress.fromDevicePath(path) else { return nil }
+        guard let address = ownDeviceAddress(path) else { return nil }
         lastDevice = (path, address)
         return address
     }

@@ -688,6 +688,18 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T0000001x")
     }
 
+    /// Every GATT call names its central; a device of another adapter is none of this server's
+    /// (bluetoothd never sends one), so it gets neither a handler nor state, and is refused.
+    func testACallNamingADeviceOfAnotherAdapterIsRefused() throws {
+        try start(["cat"])
+        let elsewhere = "/org/bluez/hci7/dev_00_00_00_00_00_09"
+        XCTAssertEqual(refusal(bluez.write(frame("T", "x"), from: elsewhere)), "NotPermitted")
+        guard case .failure(let e) = bluez.read(from: elsewhere) else { return XCTFail("read allowed") }
+        XCTAssertEqual(e.shortName, "NotPermitted")
+        ok(bluez.write(frame("T", "x"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001x")
+    }
+
     /// A connected central that --allow refuses can never read, so no doorbell waits for it to
     /// end a chain of reads: one had held every doorbell after the first for 2 s (the wait for a
     /// stalled reader), and any device in range could slow the server down that way.
