@@ -95,6 +95,8 @@ final class FrameMode: ServeMode {
         if centrals.count >= Self.maxIdleCentrals { prune() }
         let c = Central(device: device, maxFrame: config.maxFrame, maxQueue: config.maxQueue)
         centrals[device] = c
+        // Its connection may not have been signalled yet.
+        readChains.joined(device)
         return c
     }
 
@@ -200,7 +202,10 @@ final class FrameMode: ServeMode {
     }
 
     func connectionChanged(device: String, connected: Bool) {
-        guard !connected else { return }
+        guard !connected else {
+            readChains.joined(device)
+            return
+        }
         readChains.forget(device)
         if let c = centrals[device] { drop(c) } else if doorbellWaiting { ringIfClear() }
     }
@@ -558,13 +563,20 @@ struct ReadChains {
         lastEnd = lastEnd.filter { listeners.contains($0.key) }
     }
 
+    /// `device` connected, or was first seen by its write: it heard no doorbell rung before,
+    /// so it owes no chain of reads for one (a central that had read is left as it is).
+    mutating func joined(_ device: String, at now: Double = MonotonicClock.seconds()) {
+        if lastRead[device] == nil && lastEnd[device] == nil { lastEnd[device] = now }
+    }
+
     mutating func forget(_ device: String) {
         lastRead[device] = nil
         lastEnd[device] = nil
     }
 
     /// A central is in a chain when it read a piece after its chain last ended, or has not
-    /// ended one since the last doorbell (its first read may be on its way).
+    /// ended one since the last doorbell (its first read may be on its way). One that joined
+    /// after the last doorbell counts as having ended its chain as it joined.
     private func inChain(_ device: String) -> Bool {
         let ended = lastEnd[device] ?? -Double.infinity
         return (lastRead[device] ?? -Double.infinity) > ended || lastRing > ended
