@@ -558,11 +558,16 @@ public final class Peripheral {
 
     private func takeSnapshot(_ objects: BlueZObjects) {
         var now: Set<String> = []
+        var present: Set<String> = []
         for path in objects.paths(with: BlueZ.deviceInterface, under: adapterPath) {
             guard let properties = objects.properties(path, BlueZ.deviceInterface) else { continue }
+            present.insert(path)
             noteKind(path, properties)
             if properties["Connected"]?.bool == true { now.insert(path) }
         }
+        // Devices bluetoothd no longer has (it restarted, or removed them unseen) are forgotten.
+        bondedDevices.formIntersection(present)
+        classicDevices.formIntersection(present)
         for device in connectedDevices.subtracting(now).sorted() { setConnected(device, false) }
         for device in now.subtracting(connectedDevices).sorted() { setConnected(device, true) }
     }

@@ -141,6 +141,20 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(reply(for: a), "T0000005after")
     }
 
+    /// What is known of devices (bonded, BR/EDR) comes again from the new bluetoothd's objects:
+    /// devices it no longer has were kept for ever, a little memory per restart.
+    func testDevicesTheRestartedBluetoothdNoLongerHasAreForgotten() throws {
+        try start(["cat"])
+        try bluez.setPaired(a, true)
+        try bluez.setDeviceProperties(b, ["Class": .uint32(0x5a020c), "AddressType": .string("public")])
+        XCTAssertEqual(server.peripheral.bondedDevices, [a])
+        XCTAssertEqual(server.peripheral.classicDevices, [b])
+        try bluez.restart()
+        XCTAssertTrue(loop.run(until: { self.server.peripheral.registrationCount == 2 }, timeout: 5), "\(server.peripheral.state)")
+        XCTAssertEqual(server.peripheral.bondedDevices, [])
+        XCTAssertEqual(server.peripheral.classicDevices, [])
+    }
+
     func testRegistersAgainWhenTheAdapterReturns() throws {
         try start(["cat"])
         try bluez.removeAdapter()
@@ -717,6 +731,34 @@ final class ServerBusTests: XCTestCase {
             XCTAssertEqual(bluez.notifications.first, Array("N0000000".utf8))
             XCTAssertEqual(reply(for: a), "T0000003hi\(i)")
         }
+    }
+
+    /// A central that connects after a doorbell rang never heard it, so it owes no chain of
+    /// reads: its own first request had waited 2 s (the wait for a stalled reader) for it to
+    /// end one, whenever it connected within 2 s of anyone's doorbell.
+    func testACentralConnectingAfterADoorbellIsNotWaitedFor() throws {
+        try start(["cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "a"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001a")
+        try bluez.setConnected(b, true)
+        bluez.clearNotifications()
+        let started = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "the new central's doorbell held back")
+        XCTAssertEqual(reply(for: b), "T0000001b")
+        // a heard b's doorbell and reads, as the seed client does: nothing is there for it.
+        XCTAssertEqual(bluez.readAll(from: a), [])
+        // One whose connection bluetoothd has not signalled yet: first seen by its write.
+        let c = FakeBluetoothd.device(3)
+        bluez.clearNotifications()
+        let again = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "c"), from: c))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
+        XCTAssertLessThan(MonotonicClock.seconds() - again, 1, "an unsignalled central's doorbell held back")
+        XCTAssertEqual(reply(for: c), "T0000001c")
     }
 
     func testCrashingAndHangingHandlersThenAGoodRequest() throws {
