@@ -64,11 +64,11 @@ public final class PartialFile {
         bytesWritten += bytes.count
     }
 
-    /// Closes the file and gives it the first name `name(n)` (n = first, first+1, …) that does
-    /// not exist yet. Returns the final path and n.
-    /// The data reach the disk before the name is given, so that after a power cut a file under
-    /// its final name is whole.
-    public func commit(first: Int, name: (Int) -> String) throws(ToolError) -> (path: String, number: Int) {
+    /// Writes the data to the disk and closes the file (``commit(first:name:skip:)`` does it
+    /// first when not done: separately, a caller can name the file under a lock held only as
+    /// long as the naming takes). On failure the partial file is removed.
+    public func finish() throws(ToolError) {
+        guard fd >= 0 else { return }
         // EINVAL: a file that cannot be synced (a pipe or device, not a partial file here).
         let synced = fsync(fd) == 0 || errno == EINVAL
         let syncError = Errno.current
@@ -79,9 +79,19 @@ public final class PartialFile {
             unlinkTemporary()
             throw ToolError(.ioError, "writing a file in \(directory): \(error)")
         }
+    }
+
+    /// Closes the file and gives it the first name `name(n)` (n = first, first+1, …, passing
+    /// over each n for which `skip(n)` is true) that does not exist yet. Returns the final path
+    /// and n.
+    /// The data reach the disk before the name is given, so that after a power cut a file under
+    /// its final name is whole.
+    public func commit(first: Int, name: (Int) -> String, skip: (Int) -> Bool = { _ in false }) throws(ToolError) -> (path: String, number: Int) {
+        try finish()
         let base = PartialFile.prefix(of: directory)
         var number = first
         while true {
+            while skip(number) { number += 1 }
             let path = "\(base)/\(name(number))"
             switch place(at: path) {
             case nil:

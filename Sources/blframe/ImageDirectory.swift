@@ -43,17 +43,33 @@ final class ImageDirectory {
         }
     }
 
-    /// The number for the next image: after the highest one in the directory if another
-    /// program changed it (listed again then only), and never one taken under any of blframe's
-    /// extensions (a change within the clock's tick of one of blframe's own goes unseen).
+    /// The number to try first for the next image: after the highest one in the directory if
+    /// another program changed it (listed again then only; a change within the clock's tick of
+    /// one of blframe's own goes unseen, which the check of each number at commit covers).
     fileprivate func numberForNext() -> Int {
         lookForOthers()
         if changedByOthers, let highest = try? ImageDirectory.highestNumber(in: path), highest >= next {
             next = highest + 1
         }
         changedByOthers = false
-        while ImageDirectory.numberTaken(next, in: path) { next += 1 }
         return next
+    }
+
+    /// Holds an exclusive lock on the directory among blframes (flock(2)) while an image is
+    /// named: checking that a number is free under every extension and taking it under one are
+    /// two steps, and two blframes saving at once had given one number to a PNG and a JPEG.
+    /// Waits a second at most for another blframe (one stopped with ^Z while naming must not
+    /// stop this one), and goes on without the lock where the file system has none (NFS).
+    fileprivate func whileLocked<R>(_ body: () throws(ToolError) -> R) throws(ToolError) -> R {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { if fd >= 0 { close(fd) } }  // closing releases the lock
+        if fd >= 0 {
+            for _ in 0..<200 {
+                if flock(fd, LOCK_EX | LOCK_NB) == 0 || (errno != EWOULDBLOCK && errno != EINTR) { break }
+                usleep(5_000)
+            }
+        }
+        return try body()
     }
 
     fileprivate func committed(_ number: Int) {
@@ -114,9 +130,14 @@ final class ImageDirectory {
         /// Names the finished image after its format and returns its path.
         func commit() throws -> String {
             let ext = ImageFormat(signature: file.head)?.fileExtension ?? "bin"
+            try file.finish()
+            let directory = owner.path
             // Another program (a second blframe) may have saved images meanwhile, under other
             // extensions too. The directory is listed again only then: it grows with every image.
-            let (path, number) = try file.commit(first: owner.numberForNext()) { ImageDirectory.name($0, ext) }
+            let (path, number) = try owner.whileLocked { () throws(ToolError) in
+                try file.commit(first: owner.numberForNext(), name: { ImageDirectory.name($0, ext) },
+                                skip: { ImageDirectory.numberTaken($0, in: directory) })
+            }
             owner.committed(number)
             return path
         }

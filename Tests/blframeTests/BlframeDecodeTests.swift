@@ -261,6 +261,34 @@ final class BlframeDecodeTests: XCTestCase {
         XCTAssertEqual(out, dir.path + "/000008.png\n")
     }
 
+    /// Two blframes saving into one folder at once: every image gets a number of its own, also
+    /// when their formats differ (a rename that does not replace only guards the one name, so
+    /// 000002.png and 000002.jpg had both been made).
+    func testTwoBlframesSavingIntoOneFolderNeverShareANumber() throws {
+        let base = try temporaryDirectory(self)
+        let dir = base.appendingPathComponent("out")
+        for (name, first, second) in [("a", pngHeader, jpegHeader), ("b", jpegHeader, pngHeader)] {
+            var stream = Data()
+            for i in 0..<2000 {
+                let body = (i % 2 == 0 ? first : second) + Data([UInt8(i & 0xFF)])
+                stream += data("I\(String(format: "%07d", body.count))") + body
+            }
+            try stream.write(to: base.appendingPathComponent(name))
+        }
+        let blframe = productsDirectory.appendingPathComponent("blframe").path
+        let both = try runProgram("/bin/sh", ["-c", "\"$0\" -d -i out < a > a.out & \"$0\" -d -i out < b > b.out; s=$?; wait $! && exit $s", blframe],
+                                  cwd: base)
+        XCTAssertEqual(both.status, 0, both.stderr)
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path)
+        XCTAssertEqual(names.count, 4000)
+        let numbers = names.compactMap { $0.split(separator: ".").first.flatMap { Int($0) } }
+        XCTAssertEqual(Set(numbers).count, 4000, "numbers used twice: \(4000 - Set(numbers).count)")
+        let printed = try ["a.out", "b.out"].flatMap {
+            try String(contentsOf: base.appendingPathComponent($0), encoding: .utf8).split(separator: "\n").map(String.init)
+        }
+        XCTAssertEqual(Set(printed), Set(names.map { "out/" + $0 }))
+    }
+
     func testImageNumbersTooLargeToCountOnAreIgnored() throws {
         let dir = try temporaryDirectory(self)
         for name in ["9223372036854775807.png", "99999999999999999999.png", "000007.png"] {
