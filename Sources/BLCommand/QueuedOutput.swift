@@ -47,8 +47,7 @@ public final class QueuedOutput {
 
     let path: Path
     private let loop: EventLoop
-    private var buffer: [UInt8] = []
-    private var start = 0
+    private var buffer = ByteChunks()
     private var watch: WatchToken?
     private var wasFull = false
     private var closed = false
@@ -72,13 +71,15 @@ public final class QueuedOutput {
     deinit { close() }
 
     /// Bytes accepted and not yet written.
-    public var queuedCount: Int { buffer.count - start }
+    public var queuedCount: Int { buffer.count }
     public var isFull: Bool { queuedCount >= limit }
+    /// The memory the queue holds for its bytes.
+    var heldBytes: Int { buffer.held }
 
     /// Queues `bytes`; ``flush()`` (or the loop) writes them.
     public func write(_ bytes: [UInt8]) {
         guard failure == nil, !bytes.isEmpty else { return }
-        buffer.append(contentsOf: bytes)
+        buffer.append(bytes)
         if isFull { wasFull = true }
     }
 
@@ -176,14 +177,13 @@ public final class QueuedOutput {
     /// no room now (or writing failed).
     private func writeNow() -> Bool {
         while failure == nil, queuedCount > 0, !closed {
-            var count = queuedCount
             if path == .pieces {
                 // Room, or an error the write will report.
                 if !((try? FileIO.pollWritable(fd, milliseconds: 0)) ?? true) { return false }
-                count = min(count, Int(PIPE_BUF))
             }
-            let n = buffer.withUnsafeBytes { raw -> Int in
-                let bytes = raw.baseAddress! + start
+            let n = buffer.withFirstRun { run -> Int in
+                let bytes = run.baseAddress!
+                let count = path == .pieces ? min(run.count, Int(PIPE_BUF)) : run.count
                 switch path {
                 case .whole, .pieces: return Glibc.write(fd, bytes, count)
                 case .nonBlocking(let own): return Glibc.write(own, bytes, count)
@@ -198,21 +198,13 @@ public final class QueuedOutput {
                 return false
             }
             if n == 0 { return false }   // took nothing: wait for room rather than spin
-            start += n
+            buffer.removeFirst(n)
             bytesWritten += n
         }
         return queuedCount == 0
     }
 
-    private func compact() {
-        if queuedCount == 0 {
-            buffer.removeAll(keepingCapacity: buffer.capacity <= 1 << 20)
-            start = 0
-        } else if start >= 64 * 1024 && start * 2 >= buffer.count {
-            buffer.removeFirst(start)
-            start = 0
-        }
-    }
+    private func compact() { buffer.compact() }
 
     private func setWatch(_ events: IOEvents) {
         guard let watch else { return }
@@ -222,8 +214,7 @@ public final class QueuedOutput {
     private func fail(_ error: Errno) {
         guard failure == nil else { return }
         failure = error
-        buffer.removeAll()
-        start = 0
+        buffer = ByteChunks()
         if let watch { loop.remove(watch) }
         watch = nil
         loop.callSoon { [weak self] in self?.onFailure?(error) }
@@ -260,5 +251,69 @@ public final class QueuedOutput {
         var pending = sigset_t()
         guard sigpending(&pending) == 0 else { return false }
         return Signals.notIgnoredAtStart(Signals.interruptSignals).contains { sigismember(&pending, $0) == 1 }
+    }
+}
+
+/// Queued bytes in chunks of ``chunkSize``: the memory held follows what is queued, within a
+/// chunk or two. (One array that grew by doubling, and kept what was written until it was
+/// compacted, had held 2.5 times the queue's limit under a slow reader.)
+struct ByteChunks {
+    static let chunkSize = 64 * 1024
+    private var chunks: [[UInt8]] = []
+    /// The first chunk in use, and how much of it was taken.
+    private var first = 0
+    private var offset = 0
+    /// A drained chunk kept for the next one (no allocation per chunk while bytes flow).
+    private var spare: [UInt8]?
+    private(set) var count = 0
+
+    var held: Int { chunks[first...].reduce(0) { $0 + $1.capacity } + (spare?.capacity ?? 0) }
+
+    mutating func append(_ bytes: [UInt8]) {
+        var from = 0
+        while from < bytes.count {
+            if first == chunks.count || chunks[chunks.count - 1].count == Self.chunkSize {
+                var chunk = spare ?? []
+                spare = nil
+                chunk.removeAll(keepingCapacity: true)
+                chunk.reserveCapacity(Self.chunkSize)
+                chunks.append(chunk)
+            }
+            let last = chunks.count - 1
+            let n = min(Self.chunkSize - chunks[last].count, bytes.count - from)
+            chunks[last].append(contentsOf: bytes[from..<from + n])
+            from += n
+        }
+        count += bytes.count
+    }
+
+    /// Calls `body` with the oldest queued bytes that lie together (at most a chunk). Only when
+    /// ``count`` is not 0.
+    func withFirstRun<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        chunks[first].withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+    }
+
+    /// Drops the `n` oldest bytes, at most those ``withFirstRun(_:)`` gave.
+    mutating func removeFirst(_ n: Int) {
+        offset += n
+        count -= n
+        guard offset == chunks[first].count else { return }
+        offset = 0
+        if first == chunks.count - 1 {
+            // Empty: the chunk is kept for what comes next.
+            chunks[first].removeAll(keepingCapacity: true)
+        } else {
+            if spare == nil { spare = chunks[first] }
+            chunks[first] = []
+            first += 1
+        }
+    }
+
+    /// Gives back the slots of drained chunks.
+    mutating func compact() {
+        if first > 0 && (first >= 64 || first == chunks.count - 1) {
+            chunks.removeFirst(first)
+            first = 0
+        }
     }
 }

@@ -96,6 +96,45 @@ final class QueuedOutputTests: XCTestCase {
         XCTAssertEqual(failures.list, [])
     }
 
+    /// What the queue holds in memory stays near its limit while a slow reader takes a little
+    /// at a time and the producer fills it up again each time (blrecv's case): it had reached
+    /// 2.5× the limit (an array that doubles as it grows, and keeps what was written until it
+    /// is compacted), so `--buffer 1G` needed 2.5 GB.
+    func testMemoryHeldStaysNearTheLimitUnderASlowReader() throws {
+        let (r, w) = makeBlockingPipe()
+        defer { close(r) }
+        XCTAssertEqual(fcntl(r, F_SETFL, fcntl(r, F_GETFL) | O_NONBLOCK), 0)
+        let loop = EventLoop()
+        let limit = 1 << 20
+        let out = QueuedOutput(fd: w, loop: loop, limit: limit)
+        let payload = Self.pattern(40 << 20)
+        var sent = 0
+        var got: [UInt8] = []
+        var most = 0
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while sent < payload.count {
+            while !out.isFull && sent < payload.count {
+                out.write(Array(payload[sent..<sent + 512]))
+                sent += 512
+                try out.flush()
+            }
+            most = max(most, out.heldBytes)
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(r, $0.baseAddress, $0.count) }
+            if n > 0 { got += chunk[0..<n] }
+            try out.flush()
+        }
+        XCTAssertLessThanOrEqual(most, limit + limit / 4, "held \(most) bytes for a limit of \(limit)")
+        while out.queuedCount > 0 || got.count < payload.count {
+            try out.flush()
+            let n = chunk.withUnsafeMutableBytes { Glibc.read(r, $0.baseAddress, $0.count) }
+            if n > 0 { got += chunk[0..<n] } else if out.queuedCount == 0 { break }
+        }
+        XCTAssertTrue(got == payload, "bytes lost or out of order: \(got.count) of \(payload.count)")
+        XCTAssertLessThanOrEqual(out.heldBytes, 3 * 65536, "memory kept once empty")
+        out.close()
+        close(w)
+    }
+
     /// A terminal whose reader has stopped (a stalled ssh session, Ctrl-S) holds far less than a
     /// pipe, and poll reports room there for a single free byte: writes must still not block.
     func testStalledTerminalDoesNotBlockTheWriter() throws {
