@@ -95,8 +95,6 @@ final class FrameMode: ServeMode {
         if centrals.count >= Self.maxIdleCentrals { prune() }
         let c = Central(device: device, maxFrame: config.maxFrame, maxQueue: config.maxQueue)
         centrals[device] = c
-        // Its connection may not have been signalled yet.
-        readChains.joined(device)
         return c
     }
 
@@ -498,7 +496,9 @@ final class FrameMode: ServeMode {
                 server.debug("doorbell rings after \(Int(waited * 1000)) ms although \(still.map(Server.centralName).sorted().joined(separator: ", ")) did not read to the end")
             }
         }
-        readChains.rang(at: now, keeping: listeners)
+        // Kept for every connected device too: one that is no listener yet (a dual-mode central
+        // until it writes) keeps the time it joined.
+        readChains.rang(at: now, keeping: listeners.union(server.peripheral.connectedDevices))
         // Runs under way that asked for an early doorbell have had it: their central's reads
         // from now on wait for their replies.
         for c in centrals.values where c.earlyDoorbell && c.running != nil && !c.gone { c.announced = true }
@@ -563,8 +563,9 @@ struct ReadChains {
         lastEnd = lastEnd.filter { listeners.contains($0.key) }
     }
 
-    /// `device` connected, or was first seen by its write: it heard no doorbell rung before,
-    /// so it owes no chain of reads for one (a central that had read is left as it is).
+    /// `device` connected: it heard no doorbell rung before, so it owes no chain of reads for
+    /// one (a central that had read is left as it is). Not when a central is first seen by its
+    /// write: one whose connection bluetoothd has not signalled yet may have heard one.
     mutating func joined(_ device: String, at now: Double = MonotonicClock.seconds()) {
         if lastRead[device] == nil && lastEnd[device] == nil { lastEnd[device] = now }
     }
@@ -575,8 +576,8 @@ struct ReadChains {
     }
 
     /// A central is in a chain when it read a piece after its chain last ended, or has not
-    /// ended one since the last doorbell (its first read may be on its way). One that joined
-    /// after the last doorbell counts as having ended its chain as it joined.
+    /// ended one since the last doorbell (its first read may be on its way). One that connected
+    /// after the last doorbell counts as having ended its chain as it connected.
     private func inChain(_ device: String) -> Bool {
         let ended = lastEnd[device] ?? -Double.infinity
         return (lastRead[device] ?? -Double.infinity) > ended || lastRing > ended

@@ -749,16 +749,54 @@ final class ServerBusTests: XCTestCase {
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
         XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "the new central's doorbell held back")
         XCTAssertEqual(reply(for: b), "T0000001b")
-        // a heard b's doorbell and reads, as the seed client does: nothing is there for it.
-        XCTAssertEqual(bluez.readAll(from: a), [])
-        // One whose connection bluetoothd has not signalled yet: first seen by its write.
-        let c = FakeBluetoothd.device(3)
+    }
+
+    /// b connects after a's doorbell and writes nothing: a's next doorbell does not wait for it.
+    func testACentralConnectingAfterADoorbellHoldsNoOtherDoorbellBack() throws {
+        try start(["cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "a"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001a")
+        try bluez.setConnected(b, true)
         bluez.clearNotifications()
-        let again = MonotonicClock.seconds()
-        ok(bluez.write(frame("T", "c"), from: c))
+        let started = MonotonicClock.seconds()
+        ok(bluez.write(frame("T", "c"), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
-        XCTAssertLessThan(MonotonicClock.seconds() - again, 1, "an unsignalled central's doorbell held back")
-        XCTAssertEqual(reply(for: c), "T0000001c")
+        XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "a's doorbell held back by b")
+    }
+
+    /// A central whose connection bluetoothd has not signalled yet may have heard a doorbell:
+    /// when its write comes before its read, its own doorbell still waits for that read (it
+    /// would otherwise land in the middle of the first piece it reads).
+    func testAnUnsignalledCentralThatHeardADoorbellIsWaitedFor() throws {
+        try start(["--doorbell", "ready", "cat"])
+        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
+        settle(0.3)
+        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
+        settle(0.3)
+        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
+    }
+
+    /// The same for a dual-mode central (it showed a Class, so it counts as a listener only once
+    /// it writes): what it was owed since it connected is kept across other doorbells.
+    func testADualModeCentralThatHeardADoorbellIsWaitedFor() throws {
+        try start(["--doorbell", "ready", "cat"])
+        try bluez.startNotify()
+        try bluez.setDeviceProperties(b, ["Class": .uint32(0x5a020c), "AddressType": .string("public")])
+        try bluez.setConnected(a, true)
+        try bluez.setConnected(b, true)
+        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
+        settle(0.3)
+        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
+        settle(0.3)
+        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
     }
 
     func testCrashingAndHangingHandlersThenAGoodRequest() throws {
