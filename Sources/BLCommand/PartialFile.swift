@@ -49,7 +49,8 @@ public final class PartialFile {
     }
 
     deinit {
-        if fd >= 0 { discard() }
+        // Also after finish() without a commit: the partial file must not stay behind.
+        if !temporaryGone { discard() }
     }
 
     public func write(_ bytes: UnsafeRawBufferPointer) throws(ToolError) {
@@ -135,7 +136,11 @@ public final class PartialFile {
         unlinkTemporary()
     }
 
+    /// True once the temporary name is gone (given its final name, or removed).
+    private var temporaryGone = false
+
     private func unlinkTemporary() {
+        temporaryGone = true
         unlink(temporaryPath)
         PartialFile.cleanup.disarm()
     }

@@ -134,8 +134,11 @@ final class ImageDirectory {
             let directory = owner.path
             // Another program (a second blframe) may have saved images meanwhile, under other
             // extensions too. The directory is listed again only then: it grows with every image.
+            // The listing only picks the number to try first (each is checked under the lock):
+            // it is made before the lock, which is held for no longer than the naming.
+            let first = owner.numberForNext()
             let (path, number) = try owner.whileLocked { () throws(ToolError) in
-                try file.commit(first: owner.numberForNext(), name: { ImageDirectory.name($0, ext) },
+                try file.commit(first: first, name: { ImageDirectory.name($0, ext) },
                                 skip: { ImageDirectory.numberTaken($0, in: directory) })
             }
             owner.committed(number)

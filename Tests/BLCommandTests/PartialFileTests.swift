@@ -51,6 +51,18 @@ final class PartialFileTests: XCTestCase {
         }
     }
 
+    /// A file finished (synced and closed) but never named is removed when it goes, as one
+    /// still open is.
+    func testAFileFinishedButNeverNamedLeavesNothing() throws {
+        let dir = makeDirectory()
+        var file: PartialFile? = try PartialFile(directory: dir, prefix: "test")
+        try Array("x".utf8).withUnsafeBytes { try file!.write($0) }
+        try file!.finish()
+        XCTAssertEqual(try DirectoryListing.names(in: dir).count, 1)
+        file = nil
+        XCTAssertEqual(try DirectoryListing.names(in: dir), [])
+    }
+
     func testCommitIntoAMissingDirectoryFailsAndRemovesTheTemporaryFile() throws {
         let dir = makeDirectory()
         let file = try PartialFile(directory: dir, prefix: "test")
