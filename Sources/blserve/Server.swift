@@ -126,7 +126,7 @@ final class Server {
             c.log = { [unowned self] message in self.debug(message) }
             c.onNotifySocketAcquired = { [unowned self] options in
                 // A subscriber that has not read or written yet: its MTU comes with the socket.
-                if let device = options.device { self.mtus[device] = options.mtu }
+                if let device = options.device, self.ownDeviceAddress(device) != nil { self.mtus[device] = options.mtu }
             }
         }
         notifyCharacteristic.onStartNotify = { [unowned self] in
