@@ -201,7 +201,9 @@ final class FrameMode: ServeMode {
 
     func connectionChanged(device: String, connected: Bool) {
         guard !connected else {
-            readChains.joined(device)
+            // Not when its write came first: its connection was signalled late, and it may
+            // have heard a doorbell meanwhile.
+            if centrals[device].map(\.gone) ?? true { readChains.joined(device) }
             return
         }
         readChains.forget(device)
@@ -496,9 +498,7 @@ final class FrameMode: ServeMode {
                 server.debug("doorbell rings after \(Int(waited * 1000)) ms although \(still.map(Server.centralName).sorted().joined(separator: ", ")) did not read to the end")
             }
         }
-        // Kept for every connected device too: one that is no listener yet (a dual-mode central
-        // until it writes) keeps the time it joined.
-        readChains.rang(at: now, keeping: listeners.union(server.peripheral.connectedDevices))
+        readChains.rang(at: now, keeping: listeners)
         // Runs under way that asked for an early doorbell have had it: their central's reads
         // from now on wait for their replies.
         for c in centrals.values where c.earlyDoorbell && c.running != nil && !c.gone { c.announced = true }

@@ -781,6 +781,21 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
     }
 
+    /// The same when its Connected signal comes after its write (and before its read): that
+    /// late signal does not make it one that heard nothing.
+    func testALateConnectedSignalDoesNotExemptACentralThatHeardADoorbell() throws {
+        try start(["--doorbell", "ready", "cat"])
+        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
+        ok(bluez.write(frame("T", "b"), from: b))
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
+        try bluez.setConnected(b, true)
+        settle(0.3)
+        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
+        settle(0.3)
+        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
+    }
+
     /// The same for a dual-mode central (it showed a Class, so it counts as a listener only once
     /// it writes): what it was owed since it connected is kept across other doorbells.
     func testADualModeCentralThatHeardADoorbellIsWaitedFor() throws {
