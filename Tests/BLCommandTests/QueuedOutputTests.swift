@@ -135,6 +135,59 @@ final class QueuedOutputTests: XCTestCase {
         close(w)
     }
 
+    /// The chunked queue under random appends (empty, around a chunk's size, larger than one)
+    /// and takes (whole runs, PIPE_BUF pieces, any prefix, nothing), compactions and drains:
+    /// every byte comes out once, in order, and what it holds beyond its bytes stays within a
+    /// few chunks.
+    func testByteChunksGiveEveryByteOnceInOrder() {
+        let chunk = ByteChunks.chunkSize
+        // Byte i of what is appended is i mod 256.
+        let counting = (0..<(4 * chunk + 256)).map { UInt8(truncatingIfNeeded: $0) }
+        for seed in 0..<40 {
+            var rng = SeededGenerator(seed: UInt64(seed))
+            var queue = ByteChunks()
+            var appended = 0
+            var out: [UInt8] = []
+            func take(_ limit: (Int) -> Int) {
+                let piece = queue.withFirstRun { run -> [UInt8] in
+                    XCTAssertTrue(run.count > 0 && run.count <= chunk)
+                    return Array(run.prefix(limit(run.count)))
+                }
+                if !piece.isEmpty { queue.removeFirst(piece.count) }
+                out += piece
+            }
+            for _ in 0..<250 {
+                switch Int.random(in: 0..<10, using: &rng) {
+                case 0...3:
+                    let sizes = [0, 1, 500, chunk - 1, chunk, chunk + 1, 3 * chunk + 7]
+                    let n = Bool.random(using: &rng) ? sizes.randomElement(using: &rng)! : Int.random(in: 0..<3000, using: &rng)
+                    queue.append(Array(counting[appended % 256..<appended % 256 + n]))
+                    appended += n
+                case 4...7 where queue.count > 0:
+                    switch Int.random(in: 0..<4, using: &rng) {
+                    case 0: take { $0 }
+                    case 1: take { min($0, Int(PIPE_BUF)) }
+                    case 2: take { Int.random(in: 1...$0, using: &rng) }
+                    default: take { _ in 0 }
+                    }
+                case 8:
+                    queue.compact()
+                default:
+                    while queue.count > 0 { take { $0 } }
+                    queue.compact()
+                }
+                XCTAssertEqual(queue.count, appended - out.count, "seed \(seed)")
+                XCTAssertLessThanOrEqual(queue.held - queue.count, 3 * chunk + 4096, "seed \(seed)")
+            }
+            while queue.count > 0 { take { $0 } }
+            XCTAssertEqual(out.count, appended)
+            let inOrder = stride(from: 0, to: out.count, by: 256).allSatisfy { at in
+                out[at..<min(at + 256, out.count)].elementsEqual(counting[0..<min(256, out.count - at)])
+            }
+            XCTAssertTrue(inOrder, "seed \(seed): bytes lost or out of order")
+        }
+    }
+
     /// A terminal whose reader has stopped (a stalled ssh session, Ctrl-S) holds far less than a
     /// pipe, and poll reports room there for a single free byte: writes must still not block.
     func testStalledTerminalDoesNotBlockTheWriter() throws {
