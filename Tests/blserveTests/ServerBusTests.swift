@@ -723,95 +723,86 @@ final class ServerBusTests: XCTestCase {
         try bluez.setConnected(a, true)
         try bluez.setConnected(b, true)
         for i in 0..<3 {
-            bluez.clearNotifications()
-            let started = MonotonicClock.seconds()
-            ok(bluez.write(frame("T", "hi\(i)"), from: a))
-            XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
-            XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "doorbell \(i) held back")
+            XCTAssertLessThan(secondsUntilDoorbell(afterWriting: frame("T", "hi\(i)"), from: a), 1, "doorbell \(i) held back")
             XCTAssertEqual(bluez.notifications.first, Array("N0000000".utf8))
             XCTAssertEqual(reply(for: a), "T0000003hi\(i)")
         }
+    }
+
+    /// a asks and reads its reply to the end (its doorbell rang); then b connects.
+    private func connectBAfterADoorbellOfA() throws {
+        try start(["cat"])
+        try bluez.startNotify()
+        try bluez.setConnected(a, true)
+        ok(bluez.write(frame("T", "a"), from: a))
+        XCTAssertEqual(reply(for: a), "T0000001a")
+        try bluez.setConnected(b, true)
+    }
+
+    /// The seconds from writing `value` as `device` until a notification came (10 at most).
+    private func secondsUntilDoorbell(afterWriting value: [UInt8], from device: String,
+                                      file: StaticString = #filePath, line: UInt = #line) -> Double {
+        bluez.clearNotifications()
+        let started = MonotonicClock.seconds()
+        ok(bluez.write(value, from: device), file: file, line: line)
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10), "no doorbell", file: file, line: line)
+        return MonotonicClock.seconds() - started
     }
 
     /// A central that connects after a doorbell rang never heard it, so it owes no chain of
     /// reads: its own first request had waited 2 s (the wait for a stalled reader) for it to
     /// end one, whenever it connected within 2 s of anyone's doorbell.
     func testACentralConnectingAfterADoorbellIsNotWaitedFor() throws {
-        try start(["cat"])
-        try bluez.startNotify()
-        try bluez.setConnected(a, true)
-        ok(bluez.write(frame("T", "a"), from: a))
-        XCTAssertEqual(reply(for: a), "T0000001a")
-        try bluez.setConnected(b, true)
-        bluez.clearNotifications()
-        let started = MonotonicClock.seconds()
-        ok(bluez.write(frame("T", "b"), from: b))
-        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
-        XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "the new central's doorbell held back")
+        try connectBAfterADoorbellOfA()
+        XCTAssertLessThan(secondsUntilDoorbell(afterWriting: frame("T", "b"), from: b), 1, "the new central's doorbell held back")
         XCTAssertEqual(reply(for: b), "T0000001b")
     }
 
     /// b connects after a's doorbell and writes nothing: a's next doorbell does not wait for it.
     func testACentralConnectingAfterADoorbellHoldsNoOtherDoorbellBack() throws {
-        try start(["cat"])
-        try bluez.startNotify()
-        try bluez.setConnected(a, true)
-        ok(bluez.write(frame("T", "a"), from: a))
-        XCTAssertEqual(reply(for: a), "T0000001a")
-        try bluez.setConnected(b, true)
-        bluez.clearNotifications()
-        let started = MonotonicClock.seconds()
-        ok(bluez.write(frame("T", "c"), from: a))
-        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 10))
-        XCTAssertLessThan(MonotonicClock.seconds() - started, 1, "a's doorbell held back by b")
+        try connectBAfterADoorbellOfA()
+        XCTAssertLessThan(secondsUntilDoorbell(afterWriting: frame("T", "c"), from: a), 1, "a's doorbell held back by b")
     }
 
-    /// A central whose connection bluetoothd has not signalled yet may have heard a doorbell:
-    /// when its write comes before its read, its own doorbell still waits for that read (it
-    /// would otherwise land in the middle of the first piece it reads).
+    /// a's 100-byte reply is announced, and b hears that doorbell; b's write comes before its
+    /// read does (`beforeItsRead` runs between). b's own doorbell must wait for that read: rung
+    /// as soon as a has read its reply, it would land in the middle of the first piece b reads.
+    private func assertBWaitedForAfterHearingADoorbell(beforeItsRead: () throws -> Void = {},
+                                                       file: StaticString = #filePath, line: UInt = #line) throws {
+        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a), file: file, line: line)
+        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5), file: file, line: line)
+        ok(bluez.write(frame("T", "b"), from: b), file: file, line: line)
+        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5), file: file, line: line)
+        try beforeItsRead()
+        settle(0.3)
+        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108, file: file, line: line)
+        settle(0.3)
+        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard",
+                       file: file, line: line)
+    }
+
+    /// A central whose connection bluetoothd has not signalled yet may have heard a doorbell.
     func testAnUnsignalledCentralThatHeardADoorbellIsWaitedFor() throws {
         try start(["--doorbell", "ready", "cat"])
-        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
-        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
-        ok(bluez.write(frame("T", "b"), from: b))
-        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
-        settle(0.3)
-        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
-        settle(0.3)
-        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
+        try assertBWaitedForAfterHearingADoorbell()
     }
 
     /// The same when its Connected signal comes after its write (and before its read): that
     /// late signal does not make it one that heard nothing.
     func testALateConnectedSignalDoesNotExemptACentralThatHeardADoorbell() throws {
         try start(["--doorbell", "ready", "cat"])
-        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
-        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
-        ok(bluez.write(frame("T", "b"), from: b))
-        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
-        try bluez.setConnected(b, true)
-        settle(0.3)
-        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
-        settle(0.3)
-        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
+        try assertBWaitedForAfterHearingADoorbell(beforeItsRead: { try self.bluez.setConnected(self.b, true) })
     }
 
     /// The same for a dual-mode central (it showed a Class, so it counts as a listener only once
-    /// it writes): what it was owed since it connected is kept across other doorbells.
+    /// it writes), connected before the doorbell.
     func testADualModeCentralThatHeardADoorbellIsWaitedFor() throws {
         try start(["--doorbell", "ready", "cat"])
         try bluez.startNotify()
         try bluez.setDeviceProperties(b, ["Class": .uint32(0x5a020c), "AddressType": .string("public")])
         try bluez.setConnected(a, true)
         try bluez.setConnected(b, true)
-        ok(bluez.write(frame("T", String(repeating: "w", count: 100)), from: a))
-        XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
-        ok(bluez.write(frame("T", "b"), from: b))
-        XCTAssertTrue(loop.run(until: { self.server.children.isIdle }, timeout: 5))
-        settle(0.3)
-        XCTAssertEqual(bluez.readAll(from: a, mtu: 23).count, 108)
-        settle(0.3)
-        XCTAssertEqual(bluez.notifications.count, 1, "b's doorbell rang although b had not read since the doorbell it heard")
+        try assertBWaitedForAfterHearingADoorbell()
     }
 
     func testCrashingAndHangingHandlersThenAGoodRequest() throws {
