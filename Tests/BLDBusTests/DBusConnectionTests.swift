@@ -320,17 +320,17 @@ final class DBusConnectionTests: BusTestCase {
     }
 
     func testDroppingConnectionsReleasesEverything() throws {
-        let before = openDescriptorCount()
+        let before = openSocketCount()
         var c: DBusConnection? = try DBusConnection(address: bus.address, loop: loop)
         weak let weakC = c
         var pendingDone = false
         c!.call(destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
                 member: "GetId") { _ in pendingDone = true }
-        XCTAssertGreaterThan(openDescriptorCount(), before)
+        XCTAssertGreaterThan(openSocketCount(), before)
         let watchesBefore = loop.watchCount
         c = nil
         XCTAssertNil(weakC, "the loop must not keep the connection alive")
-        XCTAssertEqual(openDescriptorCount(), before)
+        XCTAssertEqual(openSocketCount(), before)
         XCTAssertLessThan(loop.watchCount, watchesBefore)
         XCTAssertFalse(loop.run(until: { pendingDone }, timeout: 0.05), "callbacks of a dropped connection never run")
     }

@@ -49,7 +49,7 @@ final class DBusFDPassingTests: BusTestCase {
         try b.export(tree)
         try roundTrip(a)
 
-        let before = openDescriptorCount()
+        let before = openSocketCount()
         do {
             // A → B.
             let (local, remote) = try socketPair()
@@ -77,7 +77,7 @@ final class DBusFDPassingTests: BusTestCase {
             XCTAssertEqual(try receive(acquired.rawValue), "", "EOF: no stray duplicate of B's end")
         }
         // Every message, value and OwnedFD is gone now.
-        XCTAssertEqual(openDescriptorCount(), before, "descriptor leak")
+        XCTAssertEqual(openSocketCount(), before, "descriptor leak")
     }
 
     func testReadingTheSameArgumentTwiceGivesTwoOwnedDuplicates() throws {
@@ -93,14 +93,14 @@ final class DBusFDPassingTests: BusTestCase {
         ]))
         try b.export(tree)
         try roundTrip(a)
-        let before = openDescriptorCount()
+        let before = openSocketCount()
         let (x, y) = try socketPair()
         _ = try a.callAndWait(destination: b.uniqueName, path: "/fd", interface: "org.example.FD", member: "Take", args: [.unixFD(x)])
         XCTAssertEqual(seen.count, 2)
         XCTAssertNotEqual(seen[0], seen[1], "each read is a new duplicate")
         x.close()
         y.close()
-        XCTAssertEqual(openDescriptorCount(), before)
+        XCTAssertEqual(openSocketCount(), before)
     }
 
     func testTakingAnOwnedFDTransfersOwnership() throws {
