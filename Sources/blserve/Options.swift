@@ -27,7 +27,7 @@ enum BlserveCommand {
             OptionSpec("reply", short: "r", value: "HOW", choices: ["pull", "push"],
                        help: "frame mode: pull (queue, notify N0000000; default) or push (notify the reply)"),
             OptionSpec("doorbell", value: "WHEN", choices: ["early", "ready"],
-                       help: "frame mode, pull: ring N0000000 as a request starts (early, default; reads wait up to 1 s for the reply) or once the reply is queued (ready)"),
+                       help: "frame mode, pull: ring N0000000 once the reply is queued (ready, default, as the seed server) or as a request starts (early; reads wait up to 1 s for the reply)"),
             OptionSpec("chunk", value: "N", help: "notify at most N bytes at a time (20 reproduces seed 002)"),
             OptionSpec("eom", help: "stream and raw modes: notify EOM when a run of COMMAND ends"),
             OptionSpec("handler-timeout", short: "t", value: "S", help: "frame mode: kill COMMAND after S seconds (30)"),
@@ -88,7 +88,7 @@ struct ServeConfig: Equatable {
     var replyCode: ReplyCode = .auto
     var reply: ReplyStyle = .pull
     /// Frame mode, pull: when the doorbell of a reply rings.
-    var doorbell: Doorbell = .early
+    var doorbell: Doorbell = .ready
     var chunk: Int?
     var eom = false
     var handlerTimeout = 30.0

@@ -31,7 +31,7 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(c.notifyUUID, c.writeUUID)
         XCTAssertEqual(c.replyCode, .auto)
         XCTAssertEqual(c.reply, .pull)
-        XCTAssertEqual(c.doorbell, .early)
+        XCTAssertEqual(c.doorbell, .ready, "the seed server's order: the reply queued, then N0000000")
         XCTAssertEqual(c.handlerTimeout, 30)
         XCTAssertEqual(c.maxFrame, 1 << 20)
         XCTAssertTrue(c.allow.isEmpty)

@@ -434,10 +434,10 @@ final class ServerBusTests: XCTestCase {
         XCTAssertEqual(bluez.notifications, [Array("N0000000".utf8)])
     }
 
-    /// --doorbell early (the default): the doorbell rings as the run begins, and the asker's
-    /// read waits for the reply; another central's read is answered at once.
+    /// --doorbell early: the doorbell rings as the run begins, and the asker's read waits for
+    /// the reply; another central's read is answered at once.
     func testAnEarlyDoorbellRingsAsTheRunBeginsAndTheReadWaitsForTheReply() throws {
-        try start(["sh", "-c", "sleep 0.4; cat"])
+        try start(["--doorbell", "early", "sh", "-c", "sleep 0.4; cat"])
         let written = MonotonicClock.seconds()
         ok(bluez.write(frame("T", "wait for me"), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
@@ -458,7 +458,7 @@ final class ServerBusTests: XCTestCase {
     /// brings the early doorbell back. The seed client's parser sees only N frames besides the
     /// replies.
     func testARunSlowerThanTheHoldRingsAgainAndTheNextDoorbellWaitsForItsReply() throws {
-        try start(["sh", "-c", "b=$(cat); case $b in slow) sleep 1.6;; medium) sleep 0.4;; esac; printf %s \"$b\""])
+        try start(["--doorbell", "early", "sh", "-c", "b=$(cat); case $b in slow) sleep 1.6;; medium) sleep 0.4;; esac; printf %s \"$b\""])
         ok(bluez.write(frame("T", "slow"), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 1), "no early doorbell")
         var stream = try XCTUnwrap(bluez.notifications.first)
@@ -493,7 +493,7 @@ final class ServerBusTests: XCTestCase {
 
     /// A held read is answered when its central leaves, and when a run ends without a reply.
     func testHeldReadsEndWhenTheCentralLeavesOrNoReplyComes() throws {
-        try start(["--reply-code", "raw", "sh", "-c", "b=$(cat); sleep 0.5; [ \"$b\" = quiet ] || printf %s \"$b\""])
+        try start(["--doorbell", "early", "--reply-code", "raw", "sh", "-c", "b=$(cat); sleep 0.5; [ \"$b\" = quiet ] || printf %s \"$b\""])
         try bluez.setConnected(a, true)
         ok(bluez.write(frame("T", "quiet"), from: a))
         XCTAssertTrue(loop.run(until: { !self.bluez.notifications.isEmpty }, timeout: 5))
