@@ -1,4 +1,5 @@
 import XCTest
+import Glibc
 import BLBlueZ
 import BLCommand
 import BLFrame
@@ -133,7 +134,14 @@ final class OptionsTests: XCTestCase {
         XCTAssertEqual(LEAdvertisement.shorten(long, toBytes: 29).utf8.count, 29)
         // Never cuts a character in half.
         XCTAssertEqual(LEAdvertisement.shorten(String(repeating: "あ", count: 12), toBytes: 29), String(repeating: "あ", count: 9))
-        XCTAssertFalse(LEAdvertisement.defaultLocalName().isEmpty)
-        XCTAssertFalse(LEAdvertisement.defaultLocalName().contains("."))
+        // The default is this machine's host name up to its first dot, as uname(2) gives it.
+        var host = utsname()
+        XCTAssertEqual(uname(&host), 0)
+        let nodename = withUnsafeBytes(of: host.nodename) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        XCTAssertEqual(LEAdvertisement.defaultLocalName(), String(nodename.split(separator: ".").first ?? "blserve"))
+        // The advertisement shortens what it is given, and only what is too long.
+        XCTAssertEqual(LEAdvertisement(serviceUUIDs: [], localName: long).localName, String(repeating: "x", count: 29))
+        XCTAssertEqual(LEAdvertisement(serviceUUIDs: [], localName: "pi").localName, "pi")
+        XCTAssertNil(LEAdvertisement(serviceUUIDs: [], localName: nil).localName)
     }
 }

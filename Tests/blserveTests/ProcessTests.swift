@@ -177,6 +177,8 @@ final class ProcessTests: XCTestCase {
         let (child, stderr) = try start(["-v", "--", "sh", "-c", "b=$(cat); [ \"$b\" = fail ] && exit 3; grep '^SigIgn' /proc/self/status"],
                                         busAddress: bus.address, ignoring: ["INT", "HUP", "CHLD"])
         XCTAssertTrue(loop.run(until: { stderr().contains("registered on hci0") }, timeout: 10), stderr())
+        // Without --name, the advertisement carries the host name (up to its first dot).
+        XCTAssertEqual(bluez.advertisements.values.first?["LocalName"]?.string, LEAdvertisement.defaultLocalName())
         let owner = try XCTUnwrap(bluez.applications.keys.first?.dropLast("/org/blpipe/blserve".count))
         try bluez.watchNotifications(of: String(owner))
         child.signal(SIGINT)
@@ -364,7 +366,10 @@ final class ProcessTests: XCTestCase {
         var reply: [UInt8] = []
         XCTAssertTrue(loop.run(until: { reply += bluez.readAll(from: a); return !reply.isEmpty }, timeout: 10))
         XCTAssertEqual(String(decoding: reply, as: UTF8.self), "T0000004ping")
-        XCTAssertTrue(stderr().contains("00:00:00:00:00:01: T 4 bytes: exit status 0, reply T 4 bytes"), stderr())
+        XCTAssertEqual(bluez.advertisements.values.first?["LocalName"]?.string, "life")
+        // -v: one line per request with the central, code, size, exit status, reply and duration.
+        XCTAssertNotNil(stderr().range(of: #"(?m)^blserve: 00:00:00:00:00:01: T 4 bytes: exit status 0, reply T 4 bytes, [0-9]+ ms$"#,
+                                       options: .regularExpression), stderr())
 
         // A handler that is still running when SIGTERM comes is ended, and blserve unregisters.
         let handlerPID = startSlowHandler(bluez, from: a, pidFile: pidFile)
