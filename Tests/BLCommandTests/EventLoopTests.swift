@@ -352,11 +352,8 @@ final class EventLoopTests: XCTestCase {
     }
 
     private func everyThreadBlocks(_ signal: Int32) -> Bool {
-        guard let dir = opendir("/proc/self/task") else { return false }
-        defer { closedir(dir) }
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name.hasPrefix(".") { continue }
+        guard let names = try? DirectoryListing.names(in: "/proc/self/task") else { return false }
+        for name in names {
             guard let status = readSmallFile("/proc/self/task/\(name)/status") else { return false }
             guard let line = status.split(separator: "\n").first(where: { $0.hasPrefix("SigBlk:") }),
                   let mask = UInt64(line.dropFirst("SigBlk:".count).filter { $0 != " " && $0 != "\t" }, radix: 16)

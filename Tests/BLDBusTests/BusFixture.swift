@@ -9,12 +9,10 @@ import BLTestSupport
 /// made a count of every descriptor fail now and then under load, and everything these tests
 /// watch for leaks (bus connections, passed descriptors) is a socket.
 func openSocketCount() -> Int {
-    guard let dir = opendir("/proc/self/fd") else { return -1 }
-    defer { closedir(dir) }
+    guard let names = try? DirectoryListing.names(in: "/proc/self/fd") else { return -1 }
     var count = 0
     var target = [CChar](repeating: 0, count: 64)
-    while let entry = readdir(dir) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    for name in names {
         let n = readlink("/proc/self/fd/" + name, &target, target.count - 1)
         if n > 0, String(decoding: target[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self).hasPrefix("socket:") {
             count += 1

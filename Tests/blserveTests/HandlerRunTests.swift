@@ -140,11 +140,9 @@ final class HandlerRunTests: XCTestCase {
 
     /// Processes whose command line is `sleep <marker>`.
     private static func sleepers(_ marker: String) -> Int {
-        guard let dir = opendir("/proc") else { return 0 }
-        defer { closedir(dir) }
+        guard let names = try? DirectoryListing.names(in: "/proc") else { return 0 }
         var count = 0
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        for name in names {
             guard Int(name) != nil else { continue }
             let fd = open("/proc/\(name)/cmdline", O_RDONLY)
             guard fd >= 0 else { continue }
